@@ -1,0 +1,162 @@
+package execution
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Notifier wakes requesters waiting for a slot of a task when a slot is returned or the task's
+// overrides change. It listens on one connection of its own, opened on the first Subscribe and
+// reopened after a failure. Notifications are hints: waiters also poll, so a lost notification
+// (a broken connection, a transaction-pooling PgBouncer) delays a waiter but never strands it.
+//
+// A notification wakes one local waiter, the longest waiting, not all of them: a waiter that gets
+// a slot (or gives up) passes the wake-up on with Pass, so free slots are filled one after
+// another without a herd of denied attempts queueing on the task's lock.
+type Notifier struct {
+	cfg *pgx.ConnConfig
+
+	mu      sync.Mutex
+	subs    map[int64][]chan struct{} // per task, oldest first
+	running bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	ready   chan struct{} // closed once LISTEN is in place (or gave up for now)
+}
+
+// NewNotifier returns a Notifier that connects with cfg (copied).
+func NewNotifier(cfg *pgx.ConnConfig) *Notifier {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Notifier{cfg: cfg.Copy(), subs: map[int64][]chan struct{}{}, ctx: ctx, cancel: cancel}
+}
+
+// Subscribe returns a channel that receives a value (coalesced) whenever taskID may have a free
+// slot, and a function that ends the subscription.
+func (n *Notifier) Subscribe(taskID int64) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	n.mu.Lock()
+	n.subs[taskID] = append(n.subs[taskID], ch)
+	var ready chan struct{}
+	if !n.running && n.ctx.Err() == nil {
+		n.running = true
+		n.done = make(chan struct{})
+		n.ready = make(chan struct{})
+		go n.run()
+	}
+	ready = n.ready
+	n.mu.Unlock()
+	// Wait briefly for LISTEN so a slot returned right after this call is not missed; waiters
+	// poll anyway, so never long.
+	if ready != nil {
+		select {
+		case <-ready:
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return ch, func() {
+		n.mu.Lock()
+		subs := n.subs[taskID]
+		for i, c := range subs {
+			if c == ch {
+				subs = append(subs[:i:i], subs[i+1:]...)
+				break
+			}
+		}
+		if len(subs) == 0 {
+			delete(n.subs, taskID)
+		} else {
+			n.subs[taskID] = subs
+		}
+		n.mu.Unlock()
+	}
+}
+
+// Pass wakes the next waiter of taskID: a waiter calls it when it got a slot or stopped waiting,
+// since more slots may be free.
+func (n *Notifier) Pass(taskID int64) { n.wake(taskID) }
+
+// Close stops listening and waits for the listener to end.
+func (n *Notifier) Close() {
+	n.cancel()
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+func (n *Notifier) run() {
+	defer close(n.done)
+	readyOnce := sync.OnceFunc(func() { close(n.ready) })
+	defer readyOnce()
+	for attempt := 0; n.ctx.Err() == nil; attempt++ {
+		if n.listen(readyOnce) {
+			attempt = 0
+		}
+		readyOnce() // do not keep subscribers waiting while the database is away
+		n.wakeAll() // anything may have been missed while disconnected
+		if backoff(n.ctx, attempt, 100*time.Millisecond, 5*time.Second) != nil {
+			return
+		}
+	}
+}
+
+// listen holds one LISTEN connection until it fails; it reports whether it got as far as LISTEN.
+func (n *Notifier) listen(ready func()) bool {
+	cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+	conn, err := pgx.ConnectConfig(cctx, n.cfg)
+	cancel()
+	if err != nil {
+		return false
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}()
+	if _, err := conn.Exec(n.ctx, "LISTEN "+NotifyChannel); err != nil {
+		return false
+	}
+	ready()
+	for {
+		note, err := conn.WaitForNotification(n.ctx)
+		if err != nil {
+			return true
+		}
+		if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
+			n.wake(id)
+		}
+	}
+}
+
+// wake signals the longest-waiting subscriber of taskID that has no wake-up pending.
+func (n *Notifier) wake(taskID int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs[taskID] {
+		select {
+		case ch <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+func (n *Notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, subs := range n.subs {
+		for _, ch := range subs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

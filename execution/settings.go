@@ -1,0 +1,138 @@
+package execution
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DeathMode is how a holder's death is judged.
+type DeathMode int16
+
+const (
+	// DeathModeKeepAlive: dead when the DB clock passes last_keep_alive + KeepAliveDeathThreshold.
+	DeathModeKeepAlive DeathMode = 1
+	// DeathModeOverride: dead when the DB clock passes started_at + OverrideThreshold.
+	DeathModeOverride DeathMode = 2
+)
+
+func (m DeathMode) String() string {
+	switch m {
+	case DeathModeKeepAlive:
+		return "keepalive"
+	case DeathModeOverride:
+		return "override"
+	}
+	return fmt.Sprintf("DeathMode(%d)", int16(m))
+}
+
+// ErrInvalidSettings is wrapped by every settings validation error.
+var ErrInvalidSettings = errors.New("invalid settings")
+
+// Settings are the complete, effective settings of a task: every field is set.
+type Settings struct {
+	ConcurrencyLimit        int // -1 unlimited, or >= 1
+	Enabled                 bool
+	DeathMode               DeathMode
+	KeepAliveInterval       time.Duration
+	KeepAliveDeathThreshold time.Duration
+	OverrideThreshold       time.Duration
+}
+
+// Validate reports the first invalid field, naming it. source says where the value came from
+// (for example "operator override"), so that an operator sees which layer to fix.
+func (s Settings) Validate(source string) error {
+	in := ""
+	if source != "" {
+		in = " (" + source + ")"
+	}
+	switch {
+	case s.ConcurrencyLimit != -1 && s.ConcurrencyLimit < 1:
+		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, s.ConcurrencyLimit)
+	case s.DeathMode != DeathModeKeepAlive && s.DeathMode != DeathModeOverride:
+		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, s.DeathMode)
+	}
+	if s.DeathMode == DeathModeOverride {
+		if s.OverrideThreshold <= 0 {
+			return fmt.Errorf("%w: OverrideThreshold%s is %s; Override mode needs a threshold above zero", ErrInvalidSettings, in, s.OverrideThreshold)
+		}
+		return nil
+	}
+	switch {
+	case s.KeepAliveInterval <= 0:
+		return fmt.Errorf("%w: KeepAliveInterval%s is %s; want more than zero", ErrInvalidSettings, in, s.KeepAliveInterval)
+	case s.KeepAliveDeathThreshold < 2*s.KeepAliveInterval:
+		return fmt.Errorf("%w: KeepAliveDeathThreshold%s (%s) must be at least twice KeepAliveInterval (%s)", ErrInvalidSettings, in, s.KeepAliveDeathThreshold, s.KeepAliveInterval)
+	}
+	return nil
+}
+
+// Threshold is the time after which a silent holder is judged dead in its death mode.
+func (s Settings) Threshold() time.Duration {
+	if s.DeathMode == DeathModeOverride {
+		return s.OverrideThreshold
+	}
+	return s.KeepAliveDeathThreshold
+}
+
+// Overrides are an operator's settings stored in the task row; nil fields are not overridden.
+type Overrides struct {
+	ConcurrencyLimit        *int
+	Enabled                 *bool
+	DeathMode               *DeathMode
+	KeepAliveInterval       *time.Duration
+	KeepAliveDeathThreshold *time.Duration
+	OverrideThreshold       *time.Duration
+	UpdatedAt               *time.Time
+}
+
+// IsZero reports whether no setting is overridden.
+func (o Overrides) IsZero() bool {
+	return o.ConcurrencyLimit == nil && o.Enabled == nil && o.DeathMode == nil &&
+		o.KeepAliveInterval == nil && o.KeepAliveDeathThreshold == nil && o.OverrideThreshold == nil
+}
+
+// Apply returns declared with every overridden field replaced.
+func (o Overrides) Apply(declared Settings) Settings {
+	s := declared
+	if o.ConcurrencyLimit != nil {
+		s.ConcurrencyLimit = *o.ConcurrencyLimit
+	}
+	if o.Enabled != nil {
+		s.Enabled = *o.Enabled
+	}
+	if o.DeathMode != nil {
+		s.DeathMode = *o.DeathMode
+	}
+	if o.KeepAliveInterval != nil {
+		s.KeepAliveInterval = *o.KeepAliveInterval
+	}
+	if o.KeepAliveDeathThreshold != nil {
+		s.KeepAliveDeathThreshold = *o.KeepAliveDeathThreshold
+	}
+	if o.OverrideThreshold != nil {
+		s.OverrideThreshold = *o.OverrideThreshold
+	}
+	return s
+}
+
+// ValidateFields checks each overridden value on its own (the combination is checked against a
+// requester's declared settings at acquire time).
+func (o Overrides) ValidateFields() error {
+	const in = " (operator override)"
+	switch {
+	case o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != -1 && *o.ConcurrencyLimit < 1:
+		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, *o.ConcurrencyLimit)
+	case o.DeathMode != nil && *o.DeathMode != DeathModeKeepAlive && *o.DeathMode != DeathModeOverride:
+		return fmt.Errorf("%w: DeathMode%s is %d", ErrInvalidSettings, in, *o.DeathMode)
+	case o.KeepAliveInterval != nil && *o.KeepAliveInterval <= 0:
+		return fmt.Errorf("%w: KeepAliveInterval%s is %s; want more than zero", ErrInvalidSettings, in, *o.KeepAliveInterval)
+	case o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold <= 0:
+		return fmt.Errorf("%w: KeepAliveDeathThreshold%s is %s; want more than zero", ErrInvalidSettings, in, *o.KeepAliveDeathThreshold)
+	case o.KeepAliveInterval != nil && o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold < 2**o.KeepAliveInterval:
+		return fmt.Errorf("%w: KeepAliveDeathThreshold%s (%s) must be at least twice KeepAliveInterval (%s)", ErrInvalidSettings, in, *o.KeepAliveDeathThreshold, *o.KeepAliveInterval)
+	case o.OverrideThreshold != nil && *o.OverrideThreshold <= 0:
+		return fmt.Errorf("%w: OverrideThreshold%s is %s; want more than zero", ErrInvalidSettings, in, *o.OverrideThreshold)
+	}
+	return nil
+}

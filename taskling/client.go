@@ -1,0 +1,250 @@
+package taskling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// Version is recorded on every execution row.
+const Version = "0.1.0"
+
+// Isolation is the isolation level of the token transactions.
+type Isolation int
+
+const (
+	// IsolationSerializable (the default): PostgreSQL proves that no two token transactions
+	// interleave, in addition to the row lock each one takes first. Contended acquisitions from
+	// different hosts cost retries; within one process they are queued locally instead.
+	IsolationSerializable Isolation = iota
+	// IsolationReadCommitted relies on the row lock alone, plus a recheck of every reclaimed
+	// holder under its own row lock. Faster under cross-host contention; see the benchmark.
+	IsolationReadCommitted
+)
+
+// Config configures a Client. A nil *Config, or a zero field, means the documented default.
+type Config struct {
+	// Logger receives warnings (conflicting declarations, heartbeat failures). nil: no logging.
+	Logger *zap.Logger
+	// HostName is recorded on executions. "" means os.Hostname().
+	HostName string
+	// Defaults for every task, over the library defaults.
+	Defaults TaskSettings
+	// Settings supplies per-task settings over Defaults. nil: none.
+	Settings SettingsSource
+	// Isolation of the token transactions. Default IsolationSerializable.
+	Isolation Isolation
+	// MaxPollInterval caps the wait between two attempts of a WaitForSlot start when no
+	// notification arrives (notifications are lost behind a transaction-pooling PgBouncer).
+	// Default 2s.
+	MaxPollInterval time.Duration
+}
+
+// Client starts executions of tasks. It is safe for concurrent use; make one per process and
+// Close it when done.
+type Client struct {
+	pool     *pgxpool.Pool
+	store    *execution.Store
+	notifier *execution.Notifier
+	log      *zap.Logger
+	host     string
+	defaults TaskSettings
+	source   SettingsSource
+	maxPoll  time.Duration
+
+	taskIDs sync.Map // "app\x00task" -> int64
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	live      sync.WaitGroup // heartbeats of executions started by this client
+}
+
+// NewClient returns a Client on pool. The schema must exist (migrations.Up).
+func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidArgument)
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if err := cfg.Defaults.validateLayer("Config.Defaults"); err != nil {
+		return nil, err
+	}
+	if cfg.Isolation != IsolationSerializable && cfg.Isolation != IsolationReadCommitted {
+		return nil, fmt.Errorf("%w: Config.Isolation is %d", ErrInvalidArgument, cfg.Isolation)
+	}
+	if cfg.MaxPollInterval < 0 {
+		return nil, fmt.Errorf("%w: Config.MaxPollInterval is negative (%s)", ErrInvalidArgument, cfg.MaxPollInterval)
+	}
+	defaults := librarySettings().over(cfg.Defaults)
+	if _, err := defaults.toStore("Config.Defaults"); err != nil {
+		return nil, err
+	}
+	host := cfg.HostName
+	if host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("taskling: host name: %w", err)
+		}
+		host = h
+	}
+	if err := validateName("Config.HostName", host); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	isolation := execution.Serializable
+	if cfg.Isolation == IsolationReadCommitted {
+		isolation = execution.ReadCommitted
+	}
+	maxPoll := cfg.MaxPollInterval
+	if maxPoll == 0 {
+		maxPoll = 2 * time.Second
+	}
+	return &Client{
+		pool:     pool,
+		store:    execution.NewStore(pool, &execution.Options{Isolation: isolation, LibraryVersion: Version}),
+		notifier: execution.NewNotifier(pool.Config().ConnConfig),
+		log:      log,
+		host:     host,
+		defaults: defaults,
+		source:   cfg.Settings,
+		maxPoll:  maxPoll,
+		closed:   make(chan struct{}),
+	}, nil
+}
+
+// Close stops the client's listener. Executions already started keep their heartbeats until
+// they complete; Close does not wait for them.
+func (c *Client) Close() {
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.notifier.Close()
+	})
+}
+
+// Store exposes the SQL layer, for tools built on taskling (the CLI, the HTTP API).
+func (c *Client) Store() *execution.Store { return c.store }
+
+// HostName is the host name recorded on this client's executions.
+func (c *Client) HostName() string { return c.host }
+
+// MaxNameLength is the longest application or task name, in bytes.
+const MaxNameLength = 200
+
+// validateName checks an application, task or host name: non-empty, at most 200 bytes, valid
+// UTF-8, no control characters.
+func validateName(field, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
+	case len(s) > MaxNameLength:
+		return fmt.Errorf("%w: %s is %d bytes; at most %d allowed", ErrInvalidArgument, field, len(s), MaxNameLength)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, field)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %s contains control character %U", ErrInvalidArgument, field, r)
+		}
+	}
+	return nil
+}
+
+func validateTask(app, task string) error {
+	if err := validateName("application name", app); err != nil {
+		return err
+	}
+	return validateName("task name", task)
+}
+
+// taskID returns the task row's id, creating the row on first use; ids are cached (they never
+// change).
+func (c *Client) taskID(ctx context.Context, app, task string) (int64, error) {
+	key := app + "\x00" + task
+	if v, ok := c.taskIDs.Load(key); ok {
+		return v.(int64), nil
+	}
+	id, err := c.store.EnsureTask(ctx, app, task)
+	if err != nil {
+		return 0, err
+	}
+	c.taskIDs.Store(key, id)
+	return id, nil
+}
+
+// declared merges the layers below the operator's overrides for a task.
+func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, execution.Settings, error) {
+	s := c.defaults
+	if c.source != nil {
+		layer, err := c.source.TaskSettings(ctx, app, task)
+		if err != nil {
+			return s, execution.Settings{}, fmt.Errorf("taskling: settings of %s/%s: %w", app, task, err)
+		}
+		if err := layer.validateLayer("settings source for " + app + "/" + task); err != nil {
+			return s, execution.Settings{}, err
+		}
+		s = s.over(layer)
+	}
+	es, err := s.toStore("settings of " + app + "/" + task)
+	return s, es, err
+}
+
+// UpdateTaskSettings stores operator overrides for a task (creating its row if needed). nil
+// fields are left as they are. The next start on every host obeys them, whatever its own
+// settings declare; waiters are woken so that a raised limit admits them at once.
+func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
+	if err := validateTask(app, task); err != nil {
+		return err
+	}
+	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
+		return fmt.Errorf("%w: DeathMode (operator override) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, int(*update.DeathMode))
+	}
+	id, err := c.taskID(ctx, app, task)
+	if err != nil {
+		return err
+	}
+	if err := c.store.SetOverrides(ctx, id, update.toStore()); err != nil {
+		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
+	}
+	return nil
+}
+
+// ClearOverrides removes every operator override of a task: it returns to the settings its
+// requesters declare.
+func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
+	if err := validateTask(app, task); err != nil {
+		return err
+	}
+	id, ok, err := c.store.FindTask(ctx, app, task)
+	if err != nil || !ok {
+		return err
+	}
+	if err := c.store.ClearOverrides(ctx, id); err != nil {
+		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
+	}
+	return nil
+}
+
+func (c *Client) isClosed() bool {
+	select {
+	case <-c.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+var errStop = errors.New("stop")

@@ -1,0 +1,32 @@
+// Package taskling runs batch jobs across many hosts under strict, runtime-tunable concurrency
+// limits, coordinated through PostgreSQL: flock for a whole fleet, with execution history,
+// progress and operator overrides.
+//
+// A task is identified by (application, task). Each has a number of slots, its concurrency limit
+// (1 by default: a singleton). StartExecution takes a slot or is denied; the Execution returned
+// holds it until Complete. A holder that dies (kill -9, a lost host) is judged dead on the
+// database clock after its death threshold, and its slot goes to the next requester.
+//
+// Guarantees:
+//   - At most N executions whose contexts are not cancelled hold a task's slots at any instant,
+//     N being the limit in force. A lowered limit never evicts a live holder; it grants nothing
+//     until fewer than N hold slots.
+//   - Execution.Context is cancelled (cause ErrLeaseLost) before any other host may judge the
+//     execution dead, provided the host's monotonic clock runs at the database clock's rate
+//     within the safety margin (25% of the threshold by default).
+//   - FencingToken is strictly increasing per task, for downstream stores to reject stale writers.
+//   - Every start, granted or denied, is recorded with its host, reference value, header, events
+//     and progress.
+//
+// Example:
+//
+//	if err := migrations.Up(ctx, pool); err != nil { … }
+//	client, err := taskling.NewClient(pool, nil)
+//	…
+//	err = client.Run(ctx, "billing", "export", func(ctx context.Context, exec *taskling.Execution) error {
+//		return export(ctx, exec.FencingToken())
+//	}, nil)
+//	if errors.Is(err, taskling.ErrLimitReached) {
+//		// another host is exporting
+//	}
+package taskling

@@ -1,0 +1,30 @@
+package taskling
+
+import (
+	"errors"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+var (
+	// ErrLimitReached: every slot of the task is held by a live execution. The attempt is recorded
+	// as a Blocked execution.
+	ErrLimitReached = errors.New("taskling: concurrency limit reached")
+	// ErrTaskDisabled: the task is disabled (by its settings or an operator). Nothing is written.
+	ErrTaskDisabled = errors.New("taskling: task is disabled")
+	// ErrDuplicateReference: an Idempotent start found an execution with the same reference value
+	// that succeeded or is still running. The attempt is recorded as a Blocked execution.
+	ErrDuplicateReference = errors.New("taskling: an execution with this reference value already succeeded or is running")
+	// ErrLeaseLost: the execution can no longer be sure it holds its slot. It is the cause of
+	// Execution.Context()'s cancellation, and Complete returns it when the slot had been reclaimed.
+	ErrLeaseLost = errors.New("taskling: lease lost")
+	// ErrExecutionCompleted: the method needs an execution that has not completed.
+	ErrExecutionCompleted = errors.New("taskling: execution already completed")
+	// ErrInvalidSettings is wrapped by every settings validation error; the message names the field.
+	ErrInvalidSettings = execution.ErrInvalidSettings
+	// ErrInvalidArgument is wrapped by every other validation error (names, options); the message
+	// names the argument.
+	ErrInvalidArgument = errors.New("taskling: invalid argument")
+	// ErrClientClosed: the Client was closed.
+	ErrClientClosed = errors.New("taskling: client closed")
+)

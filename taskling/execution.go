@@ -1,0 +1,288 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// MaxMessageLength is the longest checkpoint or error message stored, in bytes; longer ones are
+// truncated.
+const MaxMessageLength = 64 << 10
+
+// Execution is a granted start: it holds one slot of its task until Complete, or until its lease
+// is lost. Its methods are safe for concurrent use.
+type Execution struct {
+	c          *Client
+	app, task  string
+	taskID     int64
+	id         int64
+	tokenID    uuid.UUID
+	fence      int64
+	startedAt  time.Time
+	settings   execution.Settings
+	leaseTTL   time.Duration // threshold - safety margin
+	header     []byte
+	heartbeats bool
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu            sync.Mutex
+	leaseDeadline time.Time // local monotonic; the lease is lost once it passes
+	leaseTimer    *time.Timer
+	completing    sync.Mutex // serializes Complete calls
+	completed     bool
+	completeErr   error
+
+	stopHeartbeat context.CancelFunc
+	heartbeatDone chan struct{}
+	// releasing is set while Complete runs: the heartbeat goes on (the release may wait behind
+	// other transactions on the task) but a heartbeat that finds the execution completed is then
+	// expected, not a lost lease.
+	releasing atomic.Bool
+}
+
+func (c *Client) newExecution(app, task string, req execution.AcquireRequest, res execution.AcquireResult, declared TaskSettings, startCtx context.Context) *Execution {
+	threshold := res.Effective.Threshold()
+	e := &Execution{
+		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, tokenID: res.TokenID,
+		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, header: req.Header,
+		leaseTTL:      threshold - safetyMargin(declared, threshold),
+		heartbeats:    res.Effective.DeathMode == execution.DeathModeKeepAlive,
+		heartbeatDone: make(chan struct{}),
+	}
+	// The work's context keeps the start context's values but not its deadline: an acquire
+	// timeout must not end the work.
+	e.ctx, e.cancel = context.WithCancelCause(context.WithoutCancel(startCtx))
+	e.leaseDeadline = res.SentAt.Add(e.leaseTTL)
+	e.leaseTimer = time.AfterFunc(time.Until(e.leaseDeadline), e.expireLease)
+	var hbCtx context.Context
+	hbCtx, e.stopHeartbeat = context.WithCancel(context.Background())
+	if e.heartbeats {
+		c.live.Add(1)
+		go e.heartbeat(hbCtx)
+	} else {
+		close(e.heartbeatDone)
+	}
+	return e
+}
+
+// ID is the execution's id.
+func (e *Execution) ID() int64 { return e.id }
+
+// FencingToken is strictly increasing per task across grants: pass it to a downstream store so it
+// can reject writes from a holder that lost its slot to a later one.
+func (e *Execution) FencingToken() int64 { return e.fence }
+
+// StartedAt is the start time on the database clock.
+func (e *Execution) StartedAt() time.Time { return e.startedAt }
+
+// Context is the context to run the work under. It carries the values of the context given to
+// StartExecution but not its deadline or cancellation. It is cancelled on Complete, and, with
+// context.Cause ErrLeaseLost, as soon as the execution can no longer be sure it holds its slot:
+// when its last successful heartbeat was sent longer ago than the death threshold minus the safety
+// margin (on the local monotonic clock, so a paused process cancels itself the moment it resumes,
+// before any other host may reclaim), or when a heartbeat finds the execution reclaimed.
+func (e *Execution) Context() context.Context { return e.ctx }
+
+// Header decodes the header stored at start into v. Without a header v is left as it is.
+func (e *Execution) Header(v any) error {
+	if e.header == nil {
+		return nil
+	}
+	if err := json.Unmarshal(e.header, v); err != nil {
+		return fmt.Errorf("taskling: decode header of execution %d: %w", e.id, err)
+	}
+	return nil
+}
+
+// expireLease runs when the lease deadline passes, unless a heartbeat extended it meanwhile.
+func (e *Execution) expireLease() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if time.Now().Before(e.leaseDeadline) || e.ctx.Err() != nil {
+		return
+	}
+	e.c.log.Warn("taskling: lease lost: no successful heartbeat in time", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
+	e.cancel(ErrLeaseLost)
+}
+
+// extendLease moves the deadline after a successful heartbeat sent at sentAt. A heartbeat sent
+// after the deadline does not count: the lease may already have been lost by then.
+func (e *Execution) extendLease(sentAt time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx.Err() != nil || !sentAt.Before(e.leaseDeadline) {
+		return
+	}
+	if d := sentAt.Add(e.leaseTTL); d.After(e.leaseDeadline) {
+		e.leaseDeadline = d
+		e.leaseTimer.Reset(time.Until(d))
+	}
+}
+
+func (e *Execution) deadline() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leaseDeadline
+}
+
+// heartbeat renews the lease every KeepAliveInterval. A failed heartbeat is retried with a short
+// backoff (a transient error must not kill a healthy holder); it stops on Complete, on lease loss
+// or when a heartbeat finds the execution reclaimed.
+func (e *Execution) heartbeat(ctx context.Context) {
+	defer e.c.live.Done()
+	defer close(e.heartbeatDone)
+	interval := e.settings.KeepAliveInterval
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		sentAt := time.Now()
+		deadline := e.deadline()
+		if !sentAt.Before(deadline) {
+			e.expireLease()
+			return
+		}
+		hctx, cancel := context.WithDeadline(ctx, deadline)
+		held, err := e.c.store.Heartbeat(hctx, e.id)
+		cancel()
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			e.c.log.Warn("taskling: heartbeat failed; retrying", zap.Int64("execution", e.id), zap.Int("failures", failures), zap.Error(err))
+			timer.Reset(min(interval, (50*time.Millisecond)<<min(failures, 10)))
+		case !held && e.releasing.Load():
+			return
+		case !held:
+			e.mu.Lock()
+			if e.ctx.Err() == nil {
+				e.c.log.Warn("taskling: lease lost: execution was reclaimed", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
+				e.cancel(ErrLeaseLost)
+			}
+			e.mu.Unlock()
+			return
+		default:
+			failures = 0
+			e.extendLease(sentAt)
+			timer.Reset(interval)
+		}
+	}
+}
+
+// Complete returns the slot and records the execution as completed. It is idempotent: later
+// calls return the first successful call's result. It returns an error wrapping ErrLeaseLost when
+// the slot had been reclaimed by another execution (whose slot it leaves alone). A release that
+// fails on a connection error is retried until ctx ends or the lease would have expired anyway.
+func (e *Execution) Complete(ctx context.Context) error {
+	return e.finish(ctx, false)
+}
+
+func (e *Execution) finish(ctx context.Context, failed bool) error {
+	e.completing.Lock()
+	defer e.completing.Unlock()
+	if e.completed {
+		return e.completeErr
+	}
+	e.releasing.Store(true)
+	defer e.releasing.Store(false)
+	req := execution.ReleaseRequest{TaskID: e.taskID, TaskName: e.app + "/" + e.task, ExecutionID: e.id, TokenID: e.tokenID, Failed: failed}
+	var res execution.ReleaseResult
+	var err error
+	for attempt := 0; ; attempt++ {
+		res, err = e.c.store.Release(ctx, req)
+		if err == nil || ctx.Err() != nil || !execution.IsConnectionError(err) || time.Now().After(e.deadline()) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(time.Second, (50*time.Millisecond)<<min(attempt, 10))):
+		}
+	}
+	e.stopHeartbeat()
+	<-e.heartbeatDone
+	e.mu.Lock()
+	e.leaseTimer.Stop()
+	e.mu.Unlock()
+	e.cancel(nil) // no-op if the lease was lost first: the cause stays ErrLeaseLost
+	if err != nil {
+		// Not completed: a later Complete tries again; meanwhile the slot is reclaimed once the
+		// execution is judged dead.
+		return fmt.Errorf("taskling: complete execution %d: %w", e.id, err)
+	}
+	e.completed = true
+	if res.LeaseLost {
+		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s had been reclaimed; its slot belongs to another execution", ErrLeaseLost, e.id, e.app, e.task)
+	}
+	return e.completeErr
+}
+
+func (e *Execution) active() error {
+	e.completing.Lock()
+	defer e.completing.Unlock()
+	if e.completed {
+		return fmt.Errorf("%w: execution %d", ErrExecutionCompleted, e.id)
+	}
+	return nil
+}
+
+// Checkpoint records a Checkpoint event with a message (truncated to MaxMessageLength).
+func (e *Execution) Checkpoint(ctx context.Context, message string) error {
+	if err := e.active(); err != nil {
+		return err
+	}
+	return e.c.store.AddEvent(ctx, e.id, execution.EventCheckpoint, truncate(cleanText(message)))
+}
+
+// RecordError records an Error event; markFailed also marks the execution failed (its status
+// becomes Failed when it completes).
+func (e *Execution) RecordError(ctx context.Context, message string, markFailed bool) error {
+	if err := e.active(); err != nil {
+		return err
+	}
+	return e.c.store.RecordError(ctx, e.id, truncate(cleanText(message)), markFailed)
+}
+
+// SetProgress stores how many items are done out of total (0 = unknown), visible in the history
+// and the API.
+func (e *Execution) SetProgress(ctx context.Context, done, total int64) error {
+	if done < 0 || total < 0 {
+		return fmt.Errorf("%w: SetProgress(%d, %d): done and total must not be negative", ErrInvalidArgument, done, total)
+	}
+	if err := e.active(); err != nil {
+		return err
+	}
+	return e.c.store.SetProgress(ctx, e.id, done, total)
+}
+
+func truncate(s string) string {
+	if len(s) <= MaxMessageLength {
+		return s
+	}
+	cut := MaxMessageLength
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

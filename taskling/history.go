@@ -1,0 +1,93 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// Status is an execution's status, derived on the database clock when it is read.
+type Status string
+
+const (
+	// StatusInProgress: granted, not completed, and alive (heartbeat or override time not yet passed).
+	StatusInProgress Status = execution.StatusInProgress
+	// StatusCompleted: completed without being marked failed.
+	StatusCompleted Status = execution.StatusCompleted
+	// StatusFailed: completed after RecordError(…, true), or Run's function failed.
+	StatusFailed Status = execution.StatusFailed
+	// StatusBlocked: denied (limit reached, duplicate reference, or gave up waiting).
+	StatusBlocked Status = execution.StatusBlocked
+	// StatusDead: stopped without completing (its death threshold passed, in either death mode),
+	// or its slot was reclaimed by another execution.
+	StatusDead Status = execution.StatusDead
+)
+
+// ExecutionInfo is one execution of a task, as history reports it.
+type ExecutionInfo struct {
+	ID             int64
+	StartedAt      time.Time
+	CompletedAt    time.Time // zero while not completed
+	Status         Status
+	ReferenceValue string
+	Host           string
+	ItemsDone      int64
+	ItemsTotal     int64
+	FencingToken   int64 // 0 for a blocked attempt
+	Header         json.RawMessage
+	BlockedReason  string
+	ReclaimedAt    time.Time // zero unless another execution took its slot
+}
+
+func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
+	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host, Header: r.Header}
+	if r.CompletedAt != nil {
+		info.CompletedAt = *r.CompletedAt
+	}
+	if r.ReferenceValue != nil {
+		info.ReferenceValue = *r.ReferenceValue
+	}
+	if r.ItemsDone != nil {
+		info.ItemsDone = *r.ItemsDone
+	}
+	if r.ItemsTotal != nil {
+		info.ItemsTotal = *r.ItemsTotal
+	}
+	if r.Fence != nil {
+		info.FencingToken = *r.Fence
+	}
+	if r.BlockedReason != nil {
+		info.BlockedReason = *r.BlockedReason
+	}
+	if r.ReclaimedAt != nil {
+		info.ReclaimedAt = *r.ReclaimedAt
+	}
+	return info
+}
+
+// LastExecutions returns the task's last n executions (granted or denied), newest first. A task
+// never started has none.
+func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([]ExecutionInfo, error) {
+	if err := validateTask(app, task); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > 10000 {
+		return nil, fmt.Errorf("%w: n is %d; want 1 to 10000", ErrInvalidArgument, n)
+	}
+	id, ok, err := c.store.FindTask(ctx, app, task)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.store.LastExecutions(ctx, id, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ExecutionInfo, len(rows))
+	for i, r := range rows {
+		out[i] = infoFromRow(r)
+	}
+	return out, nil
+}

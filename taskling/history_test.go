@@ -1,0 +1,102 @@
+package taskling_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/taskling"
+)
+
+func TestIdempotentStartRefusesDuplicateOfRunningOrSucceeded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(-1))
+	opts := &taskling.StartOptions{ReferenceValue: "2026-11-21.csv", Idempotent: true}
+	first := b.start(t, opts)
+	require.ErrorIs(t, b.denied(t, opts), taskling.ErrDuplicateReference, "while the first runs")
+	require.NoError(t, first.Complete(b.ctx))
+	require.ErrorIs(t, b.denied(t, opts), taskling.ErrDuplicateReference, "after it completed")
+
+	failedOpts := &taskling.StartOptions{ReferenceValue: "bad.csv", Idempotent: true}
+	err := b.client.Run(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { return errors.New("boom") }, failedOpts)
+	require.EqualError(t, err, "boom")
+	b.start(t, failedOpts) // allowed again after a failed one
+
+	deadOpts := &taskling.StartOptions{ReferenceValue: "dead.csv", Idempotent: true}
+	dead := b.start(t, deadOpts)
+	dead.StopHeartbeatForTest()
+	b.exec(t, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour' WHERE id = $1`, dead.ID())
+	b.start(t, deadOpts) // allowed again after a dead one
+}
+
+func TestLastExecutionsReportsEveryStatusInBothDeathModes(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []taskling.DeathMode{taskling.DeathModeKeepAlive, taskling.DeathModeOverride} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			s := fast
+			s.ConcurrencyLimit = 2
+			s.DeathMode, s.OverrideThreshold = mode, threshold
+			b := setup(t, &taskling.Config{Defaults: s})
+
+			completed := b.start(t, &taskling.StartOptions{ReferenceValue: "c", Header: map[string]int{"n": 1}})
+			require.NoError(t, completed.SetProgress(b.ctx, 7, 10))
+			require.NoError(t, completed.Complete(b.ctx))
+			failed := b.start(t, nil)
+			require.NoError(t, failed.RecordError(b.ctx, "row 17 bad", true))
+			require.NoError(t, failed.Complete(b.ctx))
+			dead := b.start(t, nil)
+			dead.StopHeartbeatForTest()
+			b.exec(t, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour', started_at = started_at - interval '1 hour' WHERE id = $1`, dead.ID())
+			running := b.start(t, nil)
+			reclaimer := b.start(t, nil) // takes the dead execution's slot
+			require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
+
+			infos, err := b.client.LastExecutions(b.ctx, b.app, b.task, 10)
+			require.NoError(t, err)
+			require.Len(t, infos, 6)
+			require.Equal(t, taskling.StatusBlocked, infos[0].Status, "newest first")
+			require.Equal(t, taskling.StatusInProgress, infoByID(t, infos, running.ID()).Status)
+			require.Equal(t, taskling.StatusInProgress, infoByID(t, infos, reclaimer.ID()).Status)
+			require.Equal(t, taskling.StatusDead, infoByID(t, infos, dead.ID()).Status)
+			require.Equal(t, taskling.StatusFailed, infoByID(t, infos, failed.ID()).Status)
+			c := infoByID(t, infos, completed.ID())
+			require.Equal(t, taskling.StatusCompleted, c.Status)
+			require.Equal(t, "c", c.ReferenceValue)
+			require.Equal(t, int64(7), c.ItemsDone)
+			require.Equal(t, int64(10), c.ItemsTotal)
+			require.JSONEq(t, `{"n":1}`, string(c.Header))
+			require.Equal(t, completed.FencingToken(), c.FencingToken)
+			require.Equal(t, "test-host", c.Host)
+			require.False(t, c.CompletedAt.IsZero())
+		})
+	}
+}
+
+func TestRunMarksPanicAsFailedAndReturnsPanicError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	err := b.client.Run(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { panic("kaboom") }, nil)
+	var pe *taskling.PanicError
+	require.ErrorAs(t, err, &pe)
+	infos, err := b.client.LastExecutions(b.ctx, b.app, b.task, 1)
+	require.NoError(t, err)
+	require.Equal(t, taskling.StatusFailed, infos[0].Status)
+	b.start(t, nil) // the slot was returned
+}
+
+func TestHeaderRoundTrips(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	type hdr struct{ File string }
+	e := b.start(t, &taskling.StartOptions{Header: hdr{"x.csv"}})
+	var got hdr
+	require.NoError(t, e.Header(&got))
+	require.Equal(t, "x.csv", got.File)
+	require.NoError(t, e.Checkpoint(b.ctx, "loaded\x00 rows"))
+	require.NoError(t, e.Complete(b.ctx))
+	require.ErrorIs(t, e.Checkpoint(b.ctx, "late"), taskling.ErrExecutionCompleted)
+	require.Equal(t, []int{1, 2, 4}, eventTypes(t, b, e.ID()))
+}

@@ -1,0 +1,129 @@
+package taskling_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/taskling"
+)
+
+// The threshold in these tests is 1s; the local safety margin is 25% of it.
+const threshold = time.Second
+
+func TestKeepAliveDeathIsReclaimedAfterThresholdNotBefore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	holder := b.start(t, nil)
+	time.Sleep(3 * fast.KeepAliveInterval) // heartbeats keep it alive past several intervals
+	holder.StopHeartbeatForTest()          // the holder's process freezes
+	stoppedAt := time.Now()
+
+	time.Sleep(threshold / 2)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached, "not reclaimed before the threshold")
+	require.False(t, leaseLost(holder))
+
+	// The holder cancels itself at threshold - margin, before anyone may reclaim.
+	select {
+	case <-holder.Context().Done():
+	case <-time.After(threshold):
+		t.Fatal("holder's context was not cancelled")
+	}
+	require.ErrorIs(t, context.Cause(holder.Context()), taskling.ErrLeaseLost)
+	require.Less(t, time.Since(stoppedAt), threshold, "cancelled before the threshold")
+
+	time.Sleep(time.Until(stoppedAt.Add(threshold + 100*time.Millisecond)))
+	next := b.start(t, nil)
+	require.Greater(t, next.FencingToken(), holder.FencingToken())
+
+	// The old holder's release cannot free the slot now held by the new execution.
+	require.ErrorIs(t, holder.Complete(b.ctx), taskling.ErrLeaseLost)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
+	require.False(t, leaseLost(next))
+
+	infos, err := b.client.LastExecutions(b.ctx, b.app, b.task, 10)
+	require.NoError(t, err)
+	require.Equal(t, taskling.StatusDead, infoByID(t, infos, holder.ID()).Status)
+	require.False(t, infoByID(t, infos, holder.ID()).ReclaimedAt.IsZero())
+}
+
+func TestOverrideDeathIsReclaimedAfterThresholdSinceStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &taskling.Config{Defaults: taskling.TaskSettings{DeathMode: taskling.DeathModeOverride, OverrideThreshold: threshold}})
+	holder := b.start(t, nil)
+	startedAt := time.Now()
+
+	time.Sleep(threshold / 2)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
+	require.False(t, leaseLost(holder))
+
+	<-holder.Context().Done()
+	require.ErrorIs(t, context.Cause(holder.Context()), taskling.ErrLeaseLost)
+	require.Less(t, time.Since(startedAt), threshold)
+
+	time.Sleep(time.Until(startedAt.Add(threshold + 100*time.Millisecond)))
+	next := b.start(t, nil)
+	require.ErrorIs(t, holder.Complete(b.ctx), taskling.ErrLeaseLost)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached, "the new holder keeps its slot")
+	require.NoError(t, next.Complete(b.ctx))
+}
+
+func TestHeartbeatThatFindsItsExecutionReclaimedLosesTheLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	holder := b.start(t, nil)
+	b.exec(t, `UPDATE taskling.task_execution SET reclaimed_at = now() WHERE id = $1`, holder.ID())
+	select {
+	case <-holder.Context().Done():
+	case <-time.After(threshold / 2):
+		t.Fatal("a heartbeat should have found the execution reclaimed")
+	}
+	require.ErrorIs(t, context.Cause(holder.Context()), taskling.ErrLeaseLost)
+}
+
+func TestGranteeWithMissingExecutionRowCountsAsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	require.NoError(t, b.start(t, nil).Complete(b.ctx))
+	b.exec(t, `UPDATE taskling.task_definition SET tokens = 'I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:0,G:987654321'`)
+	e := b.start(t, nil)
+	require.NoError(t, e.Complete(b.ctx))
+}
+
+func TestHeartbeatsKeepALongRunningHolderAlive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	holder := b.start(t, nil)
+	time.Sleep(2 * threshold)
+	require.False(t, leaseLost(holder))
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
+	require.NoError(t, holder.Complete(b.ctx))
+	require.ErrorIs(t, holder.Context().Err(), context.Canceled, "Complete ends the execution's context")
+	require.NoError(t, holder.Complete(b.ctx), "Complete is idempotent")
+}
+
+func TestExecutionContextKeepsValuesButNotCancellationOfStartContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	type key struct{}
+	ctx, cancel := context.WithTimeout(context.WithValue(b.ctx, key{}, "v"), time.Minute)
+	e, err := b.client.StartExecution(ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	cancel()
+	require.NoError(t, e.Context().Err())
+	require.Equal(t, "v", e.Context().Value(key{}))
+	require.NoError(t, e.Complete(b.ctx))
+}
+
+func infoByID(t *testing.T, infos []taskling.ExecutionInfo, id int64) taskling.ExecutionInfo {
+	t.Helper()
+	for _, i := range infos {
+		if i.ID == id {
+			return i
+		}
+	}
+	t.Fatalf("execution %d not in history", id)
+	return taskling.ExecutionInfo{}
+}

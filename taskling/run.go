@@ -1,0 +1,67 @@
+package taskling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// PanicError is returned by Run when the function panicked; the execution is marked failed.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (p *PanicError) Error() string {
+	return fmt.Sprintf("taskling: task function panicked: %v", p.Value)
+}
+
+// Run starts an execution of app/task, runs fn under it and completes it. fn's context ends
+// with Run's ctx and when the execution's lease is lost. An error or a panic of fn marks the
+// execution failed (a panic comes back as *PanicError). A denied start returns ErrLimitReached
+// without calling fn. Run returns fn's error; or, when fn succeeded but the slot had been
+// reclaimed meanwhile, an error wrapping ErrLeaseLost.
+func (c *Client) Run(ctx context.Context, app, task string, fn func(ctx context.Context, exec *Execution) error, opts *StartOptions) error {
+	if fn == nil {
+		return fmt.Errorf("%w: fn is nil", ErrInvalidArgument)
+	}
+	exec, err := c.StartExecution(ctx, app, task, opts)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancelCause(exec.Context())
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	err = callProtected(runCtx, exec, fn)
+	stop()
+	cancel(nil)
+
+	// Release even when ctx is over; a release past the lease is pointless (the slot is
+	// reclaimed by then), so that bounds the wait.
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), max(exec.leaseTTL, time.Second))
+	defer ccancel()
+	if err != nil {
+		_ = exec.RecordError(cctx, err.Error(), true)
+	}
+	cerr := exec.finish(cctx, err != nil)
+	if err != nil {
+		if cerr != nil && !errors.Is(cerr, ErrLeaseLost) {
+			return errors.Join(err, cerr)
+		}
+		return err
+	}
+	if cerr == nil && context.Cause(exec.Context()) == ErrLeaseLost {
+		return fmt.Errorf("%w: execution %d of %s/%s lost its lease while running", ErrLeaseLost, exec.id, app, task)
+	}
+	return cerr
+}
+
+func callProtected(ctx context.Context, exec *Execution, fn func(context.Context, *Execution) error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, exec)
+}

@@ -1,0 +1,194 @@
+package taskling
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// DeathMode is how the death of an execution that stopped without completing is judged. Liveness
+// is always judged on the database clock, never on a host's clock.
+type DeathMode int
+
+const (
+	// deathModeUnset inherits the mode from the layer below.
+	deathModeUnset DeathMode = iota
+	// DeathModeKeepAlive (the default): the execution sends a heartbeat every KeepAliveInterval
+	// and is dead once no heartbeat arrived for KeepAliveDeathThreshold.
+	DeathModeKeepAlive
+	// DeathModeOverride: no heartbeat; the execution is dead OverrideThreshold after its start.
+	DeathModeOverride
+)
+
+func (m DeathMode) String() string {
+	switch m {
+	case deathModeUnset:
+		return "unset"
+	case DeathModeKeepAlive:
+		return "keepalive"
+	case DeathModeOverride:
+		return "override"
+	}
+	return fmt.Sprintf("DeathMode(%d)", int(m))
+}
+
+// Library defaults (see the README's settings table).
+const (
+	DefaultConcurrencyLimit        = 1
+	DefaultKeepAliveInterval       = 5 * time.Second
+	DefaultKeepAliveDeathThreshold = 20 * time.Second
+	// DefaultSafetyMarginPercent of the death threshold is the local safety margin: an execution
+	// cancels its own context that long before any other host may judge it dead.
+	DefaultSafetyMarginPercent = 25
+)
+
+// TaskSettings configure a task. A zero field is not set at this layer and inherits from the
+// layer below: library defaults ← Config.Defaults ← Config.Settings ← operator overrides.
+type TaskSettings struct {
+	// ConcurrencyLimit: -1 unlimited, N ≥ 1 slots fleet-wide, 0 = not set here. Default 1.
+	ConcurrencyLimit int
+	// Disabled: starts return ErrTaskDisabled and nothing is written. True at any layer disables
+	// the task, unless an operator override enables it.
+	Disabled bool
+	// DeathMode: DeathModeKeepAlive (default) or DeathModeOverride.
+	DeathMode DeathMode
+	// KeepAliveInterval between heartbeats. Default 5s.
+	KeepAliveInterval time.Duration
+	// KeepAliveDeathThreshold: a holder silent this long is dead. Default 20s; at least twice the
+	// interval, so one late heartbeat never kills a holder.
+	KeepAliveDeathThreshold time.Duration
+	// OverrideThreshold: required (> 0) in Override mode; a holder is dead this long after its start.
+	OverrideThreshold time.Duration
+	// LeaseSafetyMargin: how long before the death threshold (measured on the local monotonic
+	// clock from its last successful heartbeat) an execution cancels its own context. It absorbs
+	// clock-rate drift and scheduling delay. Default 25% of the threshold; local to this process.
+	LeaseSafetyMargin time.Duration
+}
+
+// over returns s with every field set in top replacing it.
+func (s TaskSettings) over(top TaskSettings) TaskSettings {
+	if top.ConcurrencyLimit != 0 {
+		s.ConcurrencyLimit = top.ConcurrencyLimit
+	}
+	s.Disabled = s.Disabled || top.Disabled
+	if top.DeathMode != deathModeUnset {
+		s.DeathMode = top.DeathMode
+	}
+	if top.KeepAliveInterval != 0 {
+		s.KeepAliveInterval = top.KeepAliveInterval
+	}
+	if top.KeepAliveDeathThreshold != 0 {
+		s.KeepAliveDeathThreshold = top.KeepAliveDeathThreshold
+	}
+	if top.OverrideThreshold != 0 {
+		s.OverrideThreshold = top.OverrideThreshold
+	}
+	if top.LeaseSafetyMargin != 0 {
+		s.LeaseSafetyMargin = top.LeaseSafetyMargin
+	}
+	return s
+}
+
+func librarySettings() TaskSettings {
+	return TaskSettings{
+		ConcurrencyLimit:        DefaultConcurrencyLimit,
+		DeathMode:               DeathModeKeepAlive,
+		KeepAliveInterval:       DefaultKeepAliveInterval,
+		KeepAliveDeathThreshold: DefaultKeepAliveDeathThreshold,
+	}
+}
+
+// validateLayer checks the values set at one layer, before merging, naming the field.
+func (s TaskSettings) validateLayer(layer string) error {
+	switch {
+	case s.ConcurrencyLimit < -1:
+		return fmt.Errorf("%w: ConcurrencyLimit (%s) is %d; want -1 (unlimited), 0 (inherit) or at least 1", ErrInvalidSettings, layer, s.ConcurrencyLimit)
+	case s.DeathMode < deathModeUnset || s.DeathMode > DeathModeOverride:
+		return fmt.Errorf("%w: DeathMode (%s) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, layer, int(s.DeathMode))
+	case s.KeepAliveInterval < 0:
+		return fmt.Errorf("%w: KeepAliveInterval (%s) is negative (%s)", ErrInvalidSettings, layer, s.KeepAliveInterval)
+	case s.KeepAliveDeathThreshold < 0:
+		return fmt.Errorf("%w: KeepAliveDeathThreshold (%s) is negative (%s)", ErrInvalidSettings, layer, s.KeepAliveDeathThreshold)
+	case s.OverrideThreshold < 0:
+		return fmt.Errorf("%w: OverrideThreshold (%s) is negative (%s)", ErrInvalidSettings, layer, s.OverrideThreshold)
+	case s.LeaseSafetyMargin < 0:
+		return fmt.Errorf("%w: LeaseSafetyMargin (%s) is negative (%s)", ErrInvalidSettings, layer, s.LeaseSafetyMargin)
+	}
+	return nil
+}
+
+// toStore converts merged settings to the store's complete form and validates the combination.
+func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
+	es := execution.Settings{
+		ConcurrencyLimit:        s.ConcurrencyLimit,
+		Enabled:                 !s.Disabled,
+		DeathMode:               execution.DeathMode(s.DeathMode),
+		KeepAliveInterval:       s.KeepAliveInterval,
+		KeepAliveDeathThreshold: s.KeepAliveDeathThreshold,
+		OverrideThreshold:       s.OverrideThreshold,
+	}
+	if err := es.Validate(layer); err != nil {
+		return es, err
+	}
+	return es, nil
+}
+
+// safetyMargin is the local margin for a threshold.
+func safetyMargin(s TaskSettings, threshold time.Duration) time.Duration {
+	m := s.LeaseSafetyMargin
+	if m == 0 {
+		m = threshold * DefaultSafetyMarginPercent / 100
+	}
+	return m
+}
+
+// SettingsSource supplies per-task settings (from code, a config file, a service…). It is asked
+// on every start, so a source that reloads its file applies a change at the next start. Return a
+// zero TaskSettings for a task it does not know.
+type SettingsSource interface {
+	TaskSettings(ctx context.Context, app, task string) (TaskSettings, error)
+}
+
+// SettingsFunc adapts a function to SettingsSource.
+type SettingsFunc func(ctx context.Context, app, task string) (TaskSettings, error)
+
+// TaskSettings implements SettingsSource.
+func (f SettingsFunc) TaskSettings(ctx context.Context, app, task string) (TaskSettings, error) {
+	return f(ctx, app, task)
+}
+
+// StaticSettings is a SettingsSource from a map keyed "app/task".
+type StaticSettings map[string]TaskSettings
+
+// TaskSettings implements SettingsSource.
+func (m StaticSettings) TaskSettings(_ context.Context, app, task string) (TaskSettings, error) {
+	return m[app+"/"+task], nil
+}
+
+// SettingsUpdate is an operator override stored in the task row: nil fields are left as they are.
+// Overrides win over every host's declared settings until ClearOverrides.
+type SettingsUpdate struct {
+	ConcurrencyLimit        *int
+	Enabled                 *bool
+	DeathMode               *DeathMode
+	KeepAliveInterval       *time.Duration
+	KeepAliveDeathThreshold *time.Duration
+	OverrideThreshold       *time.Duration
+}
+
+func (u SettingsUpdate) toStore() execution.Overrides {
+	o := execution.Overrides{
+		ConcurrencyLimit:        u.ConcurrencyLimit,
+		Enabled:                 u.Enabled,
+		KeepAliveInterval:       u.KeepAliveInterval,
+		KeepAliveDeathThreshold: u.KeepAliveDeathThreshold,
+		OverrideThreshold:       u.OverrideThreshold,
+	}
+	if u.DeathMode != nil {
+		m := execution.DeathMode(*u.DeathMode)
+		o.DeathMode = &m
+	}
+	return o
+}

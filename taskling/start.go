@@ -1,0 +1,190 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// MaxReferenceValueLength is the longest ReferenceValue, in bytes.
+const MaxReferenceValueLength = 2000
+
+// StartOptions are the options of one start. A nil *StartOptions means all defaults.
+type StartOptions struct {
+	// ReferenceValue is a free-form tag (a file name, a batch id), stored and searchable.
+	ReferenceValue string
+	// Idempotent allows at most one successful execution per (task, ReferenceValue): a start
+	// returns ErrDuplicateReference while one with the same value runs or after one completed;
+	// it is allowed again after a failed or dead one. Requires ReferenceValue.
+	Idempotent bool
+	// Header is any JSON-encodable value, stored with the execution (Execution.Header).
+	Header any
+	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
+	// A waiter is woken by a returned slot (LISTEN/NOTIFY), by a timer set to the earliest moment a
+	// silent holder may be judged dead, and by polling as a fallback. A wait that ends with ctx is
+	// recorded once as a Blocked execution, and its error wraps both ErrLimitReached and ctx's error.
+	WaitForSlot bool
+
+	scheduledFor *time.Time
+}
+
+// StartExecution asks for a slot of the task app/task and, when granted, returns the running
+// Execution; call Complete when the work is done. It creates the task on first use.
+//
+// Errors: ErrLimitReached (recorded as a Blocked execution), ErrTaskDisabled (nothing recorded),
+// ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
+// error. A serialization failure is retried with jittered backoff until ctx ends.
+func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (*Execution, error) {
+	if c.isClosed() {
+		return nil, ErrClientClosed
+	}
+	if err := validateTask(app, task); err != nil {
+		return nil, err
+	}
+	if opts == nil {
+		opts = &StartOptions{}
+	}
+	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor}
+	if opts.ReferenceValue != "" {
+		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
+			return nil, err
+		}
+		req.ReferenceValue = &opts.ReferenceValue
+	} else if opts.Idempotent {
+		return nil, fmt.Errorf("%w: StartOptions.Idempotent needs a StartOptions.ReferenceValue", ErrInvalidArgument)
+	}
+	if opts.Header != nil {
+		h, err := json.Marshal(opts.Header)
+		if err != nil {
+			return nil, fmt.Errorf("%w: StartOptions.Header cannot be encoded as JSON: %w", ErrInvalidArgument, err)
+		}
+		req.Header = h
+	}
+	settings, declared, err := c.declared(ctx, app, task)
+	if err != nil {
+		return nil, err
+	}
+	req.Declared = declared
+	if req.TaskID, err = c.taskID(ctx, app, task); err != nil {
+		return nil, err
+	}
+	if !opts.WaitForSlot {
+		req.RecordDenial = true
+		res, err := c.acquire(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return c.newExecution(app, task, req, res, settings, ctx), nil
+	}
+	return c.waitForSlot(ctx, app, task, req, settings)
+}
+
+// acquire runs one acquisition and turns a denial into its error.
+func (c *Client) acquire(ctx context.Context, req execution.AcquireRequest) (execution.AcquireResult, error) {
+	res, err := c.store.Acquire(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	if d := res.ConflictingDeclaration; d != nil {
+		c.log.Warn("taskling: hosts declare different concurrency limits for one task; the last requester's limit is in force unless an operator override is set",
+			zap.String("task", req.TaskName), zap.String("host", req.Host), zap.Int("limit", req.Declared.ConcurrencyLimit),
+			zap.String("other_host", d.Host), zap.Int("other_limit", d.Limit))
+	}
+	switch res.Denied {
+	case execution.DeniedDisabled:
+		return res, fmt.Errorf("%w: %s", ErrTaskDisabled, req.TaskName)
+	case execution.DeniedDuplicate:
+		return res, fmt.Errorf("%w: %s reference %q (attempt recorded as execution %d)", ErrDuplicateReference, req.TaskName, *req.ReferenceValue, res.ExecutionID)
+	case execution.DeniedLimit:
+		if res.ExecutionID != 0 {
+			return res, fmt.Errorf("%w: %s has %d slots in use (attempt recorded as execution %d)", ErrLimitReached, req.TaskName, res.Effective.ConcurrencyLimit, res.ExecutionID)
+		}
+		return res, fmt.Errorf("%w: %s has %d slots in use", ErrLimitReached, req.TaskName, res.Effective.ConcurrencyLimit)
+	}
+	return res, nil
+}
+
+func (c *Client) waitForSlot(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
+	wake, unsubscribe := c.notifier.Subscribe(req.TaskID)
+	defer c.notifier.Pass(req.TaskID) // after unsubscribing: wake the next waiter
+	defer unsubscribe()
+	poll := 50 * time.Millisecond
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		res, err := c.acquire(ctx, req)
+		if err == nil {
+			return c.newExecution(app, task, req, res, settings, ctx), nil
+		}
+		wait := min(poll, c.maxPoll)
+		switch {
+		case errors.Is(err, ErrLimitReached):
+			// A holder that stops heartbeating may be judged dead at NextExpiry: try right then.
+			if res.NextExpiry > 0 && res.NextExpiry+20*time.Millisecond < wait {
+				wait = res.NextExpiry + 20*time.Millisecond
+			}
+		case ctx.Err() != nil:
+			return nil, c.recordGaveUp(ctx, req, lastErr)
+		case execution.IsConnectionError(err):
+			// The database is away: keep waiting, as the caller asked, and retry.
+		default:
+			return nil, err
+		}
+		lastErr = err
+		timer := time.NewTimer(wait)
+		select {
+		case <-wake:
+		case <-timer.C:
+			poll *= 2
+		case <-c.closed:
+			timer.Stop()
+			return nil, ErrClientClosed
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, c.recordGaveUp(ctx, req, lastErr)
+		}
+		timer.Stop()
+	}
+}
+
+// recordGaveUp records a wait that ended with its context, once, as a Blocked execution.
+func (c *Client) recordGaveUp(ctx context.Context, req execution.AcquireRequest, lastErr error) error {
+	cause := context.Cause(ctx)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	id, err := c.store.RecordBlocked(rctx, req, "gave up waiting for a slot: "+cause.Error())
+	if err != nil {
+		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
+	}
+	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
+		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrLimitReached, req.TaskName, id, cause)
+	}
+	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)
+}
+
+// validateText checks a free-form string stored in a text column: valid UTF-8, no NUL byte
+// (PostgreSQL text cannot hold one), at most max bytes.
+func validateText(field, s string, max int) error {
+	switch {
+	case len(s) > max:
+		return fmt.Errorf("%w: %s is %d bytes; at most %d allowed", ErrInvalidArgument, field, len(s), max)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, field)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalidArgument, field)
+	}
+	return nil
+}
+
+// cleanText makes a message storable: invalid UTF-8 and NUL bytes are replaced, not rejected, so
+// that an error message is never lost.
+func cleanText(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
