@@ -1,0 +1,262 @@
+// Command demo shows taskling limiting a batch job across processes: three worker processes
+// (examples/worker) share one task whose limit is 2; while they run, an operator raises the limit
+// to 3. It then prints who held which slot when, and the task's execution history.
+//
+// Run it with `make demo`, which starts a private PostgreSQL (or uses TASKLING_DATABASE_URL).
+// The demo works in a database of its own that it creates and drops.
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskling-go/taskling/migrations"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+const (
+	app, task = "billing", "export"
+	workers   = 3
+)
+
+func main() {
+	log.SetFlags(0)
+	serverURL := os.Getenv("TASKLING_DATABASE_URL")
+	if serverURL == "" {
+		log.Fatal("demo: TASKLING_DATABASE_URL is not set; run `make demo`, which starts a private PostgreSQL")
+	}
+	if err := run(context.Background(), serverURL); err != nil {
+		log.Fatalf("demo: %v", err)
+	}
+}
+
+func run(ctx context.Context, serverURL string) error {
+	dbURL, drop, err := createDatabase(ctx, serverURL, fmt.Sprintf("taskling_demo_%d", os.Getpid()))
+	if err != nil {
+		return err
+	}
+	defer drop()
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	operator, err := taskling.NewClient(pool, &taskling.Config{HostName: "operator"})
+	if err != nil {
+		return err
+	}
+	defer operator.Close()
+
+	bin, err := buildWorker(ctx)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(bin))
+
+	fmt.Printf("== %d worker processes, task %s/%s, limit 2; each does 3 runs of ~1.5 s\n", workers, app, task)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for i := 1; i <= workers; i++ {
+		name := fmt.Sprintf("w%d", i)
+		cmd := exec.CommandContext(ctx, bin, "-database-url", dbURL, "-name", name, "-app", app, "-task", task,
+			"-limit", "2", "-runs", "3", "-items", "10", "-item-time", "150ms")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				fmt.Println(sc.Text())
+			}
+			if err := cmd.Wait(); err != nil {
+				errs <- fmt.Errorf("worker %s: %w", name, err)
+			}
+		}()
+	}
+
+	time.Sleep(3500 * time.Millisecond)
+	raisedAt := time.Now()
+	fmt.Printf("%s  operator raises the limit of %s/%s to 3 (an override stored in the task row)\n", raisedAt.Format("15:04:05.000"), app, task)
+	if err := operator.UpdateTaskSettings(ctx, app, task, taskling.SettingsUpdate{ConcurrencyLimit: ptr(3)}); err != nil {
+		return err
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		return err
+	}
+	fmt.Printf("== all workers done in %.1fs\n\n", time.Since(start).Seconds())
+	return report(ctx, pool, operator)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// report prints the slot timeline from the database (DB clock) and the execution history.
+func report(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client) error {
+	type span struct {
+		id, fence  int64
+		host       string
+		start, end time.Time
+	}
+	rows, err := pool.Query(ctx, `
+SELECT id, fence, host_name, started_at, completed_at
+FROM taskling.task_execution WHERE NOT blocked ORDER BY started_at`)
+	if err != nil {
+		return err
+	}
+	var spans []span
+	var t0 time.Time
+	for rows.Next() {
+		var s span
+		if err := rows.Scan(&s.id, &s.fence, &s.host, &s.start, &s.end); err != nil {
+			return err
+		}
+		if t0.IsZero() {
+			t0 = s.start
+		}
+		spans = append(spans, s)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var raisedAt time.Time
+	if err := pool.QueryRow(ctx, `SELECT overrides_updated_at FROM taskling.task_definition`).Scan(&raisedAt); err != nil {
+		return err
+	}
+
+	fmt.Println("Who held a slot when (seconds on the database clock; '#' = holding):")
+	const width, scale = 60, 0.2 // one column per 200 ms
+	raiseCol := int(raisedAt.Sub(t0).Seconds() / scale)
+	for _, s := range spans {
+		line := []byte(strings.Repeat(" ", width))
+		from, to := int(s.start.Sub(t0).Seconds()/scale), int(s.end.Sub(t0).Seconds()/scale)
+		for c := from; c <= to && c < width; c++ {
+			line[c] = '#'
+		}
+		if raiseCol >= 0 && raiseCol < width && line[raiseCol] == ' ' {
+			line[raiseCol] = '|'
+		}
+		fmt.Printf("  %-3s exec %-3d fence %-3d %5.2f–%5.2f |%s|\n", s.host, s.id, s.fence,
+			s.start.Sub(t0).Seconds(), s.end.Sub(t0).Seconds(), line)
+	}
+	fmt.Printf("  ('|' marks the raise at %.2fs)\n", raisedAt.Sub(t0).Seconds())
+
+	before, after := maxOverlap(spans, func(s span) (time.Time, time.Time) { return s.start, s.end }, raisedAt)
+	fmt.Printf("\nMost slots held at once: %d before the raise (limit 2), %d after it (limit 3).\n\n", before, after)
+
+	infos, err := client.LastExecutions(ctx, app, task, 50)
+	if err != nil {
+		return err
+	}
+	blocked := 0
+	fmt.Println("Execution history (newest first):")
+	fmt.Printf("  %-5s %-12s %-4s %-10s %-8s %s\n", "ID", "STATUS", "HOST", "REFERENCE", "ITEMS", "DURATION")
+	for _, i := range infos {
+		if i.Status == taskling.StatusBlocked {
+			blocked++
+		}
+		fmt.Printf("  %-5d %-12s %-4s %-10s %3d/%-4d %.2fs\n", i.ID, i.Status, i.Host, i.ReferenceValue,
+			i.ItemsDone, i.ItemsTotal, i.CompletedAt.Sub(i.StartedAt).Seconds())
+	}
+	fmt.Printf("(%d blocked attempts: workers waited for a slot instead of failing)\n", blocked)
+	return nil
+}
+
+// maxOverlap returns the most intervals open at once before and after t.
+func maxOverlap[S any](spans []S, interval func(S) (time.Time, time.Time), t time.Time) (before, after int) {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range spans {
+		a, b := interval(s)
+		edges = append(edges, edge{a, +1}, edge{b, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].delta < edges[j].delta // a release at the same instant comes first
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	open := 0
+	for _, e := range edges {
+		open += e.delta
+		if e.at.Before(t) {
+			before = max(before, open)
+		} else {
+			after = max(after, open)
+		}
+	}
+	return before, after
+}
+
+func buildWorker(ctx context.Context) (string, error) {
+	dir, err := os.MkdirTemp("", "taskling-demo-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "worker")
+	goBin := os.Getenv("GO")
+	if goBin == "" {
+		goBin = "go"
+	}
+	cmd := exec.CommandContext(ctx, goBin, "build", "-o", bin, "./examples/worker")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build the worker (run the demo from the repository root): %w", err)
+	}
+	return bin, nil
+}
+
+// createDatabase creates a database on the server and returns its URL and a func that drops it.
+func createDatabase(ctx context.Context, serverURL, name string) (string, func(), error) {
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", nil, fmt.Errorf("parse TASKLING_DATABASE_URL: %w", err)
+	}
+	conn, err := pgx.Connect(ctx, serverURL)
+	if err != nil {
+		return "", nil, err
+	}
+	defer conn.Close(ctx)
+	ident := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+ident); err != nil {
+		return "", nil, fmt.Errorf("create database %s: %w", name, err)
+	}
+	drop := func() {
+		ctx := context.Background()
+		c, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	}
+	u.Path = "/" + name
+	return u.String(), drop, nil
+}
