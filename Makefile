@@ -1,0 +1,61 @@
+# Targets that need PostgreSQL run through scripts/with-db.sh: it uses TASKLING_DATABASE_URL
+# when set, else starts the private cluster in .taskling/pg (reusing a running one) and stops it
+# afterwards if it started it.
+
+GO ?= go
+export GO
+
+WITH_DB := scripts/with-db.sh
+ARGS ?=
+
+.PHONY: all test test-no-db demo bench chaos pg-start pg-stop pg-status fmt vet
+
+all: test
+
+## test: vet, then every test (root module, then integration_test/ if present), with -race.
+test:
+	@start=$$(date +%s); \
+	if $(WITH_DB) $(MAKE) --no-print-directory test-no-db; then \
+		echo "make test: PASS in $$(( $$(date +%s) - start ))s"; \
+	else \
+		status=$$?; echo "make test: FAIL (exit $$status) after $$(( $$(date +%s) - start ))s"; exit $$status; \
+	fi
+
+# The body of `test`, against the server in TASKLING_DATABASE_URL (or one each test package
+# starts itself).
+test-no-db: vet
+	$(GO) test -race -count=1 -timeout 14m ./...
+	@if [ -f integration_test/go.mod ]; then \
+		echo "cd integration_test && $(GO) test -race -count=1 ./..."; \
+		cd integration_test && $(GO) test -race -count=1 ./...; \
+	fi
+
+## demo: run the demo (ARGS="..." passes arguments).
+demo:
+	$(WITH_DB) $(GO) run ./examples/demo $(ARGS)
+
+## bench: run the benchmark (ARGS="..." passes arguments).
+bench:
+	$(WITH_DB) $(GO) run ./internal/cmd/bench $(ARGS)
+
+## chaos: the long multi-process chaos tests.
+chaos:
+	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./...
+
+## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL).
+pg-start:
+	@$(GO) run ./internal/cmd/devdb start
+
+pg-stop:
+	@$(GO) run ./internal/cmd/devdb stop
+
+pg-status:
+	@$(GO) run ./internal/cmd/devdb status
+
+fmt:
+	$(GO) fmt ./...
+	@if [ -f integration_test/go.mod ]; then cd integration_test && $(GO) fmt ./...; fi
+
+vet:
+	$(GO) vet ./...
+	@if [ -f integration_test/go.mod ]; then cd integration_test && $(GO) vet ./...; fi

@@ -1,0 +1,133 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/migrations"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func appliedRows(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM taskling.schema_migrations").Scan(&n))
+	return n
+}
+
+func TestUpTwiceIsIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	require.NotEmpty(t, all)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	first, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	second, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, first, second, "a second Up must change nothing")
+	require.Equal(t, len(all), appliedRows(t, pool))
+}
+
+func TestConcurrentUpAppliesEachMigrationOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	const hosts = 8
+	errs := make([]error, hosts)
+	var wg sync.WaitGroup
+	for i := range hosts {
+		wg.Go(func() { errs[i] = migrations.Up(ctx, pool) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "Up #%d", i)
+	}
+	all, err := migrations.All()
+	require.NoError(t, err)
+	require.Equal(t, len(all), appliedRows(t, pool))
+	var tables int
+	require.NoError(t, pool.QueryRow(ctx,
+		"SELECT count(*) FROM pg_tables WHERE schemaname = 'taskling' AND tablename = 'task_definition'").Scan(&tables))
+	require.Equal(t, 1, tables)
+}
+
+func TestEditedAppliedMigrationIsRejected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.Up(ctx, pool))
+	// As if 0001's file had been edited after it was applied.
+	_, err := pool.Exec(ctx, "UPDATE taskling.schema_migrations SET checksum = 'edited' WHERE version = 1")
+	require.NoError(t, err)
+
+	err = migrations.Up(ctx, pool)
+	require.ErrorIs(t, err, migrations.ErrChecksumMismatch)
+	require.ErrorContains(t, err, "0001_")
+
+	_, err = migrations.Status(ctx, pool)
+	require.True(t, errors.Is(err, migrations.ErrChecksumMismatch), "Status: %v", err)
+}
+
+func TestStatusBeforeAndAfterUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+
+	before, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	require.NotEmpty(t, before)
+	for _, m := range before {
+		require.False(t, m.Applied, "%04d_%s", m.Version, m.Name)
+		require.True(t, m.AppliedAt.IsZero())
+	}
+	var schemaExists bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = 'taskling')").Scan(&schemaExists))
+	require.False(t, schemaExists, "Status must write nothing")
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	after, err := migrations.Status(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, after, len(before))
+	for i, m := range after {
+		require.True(t, m.Applied, "%04d_%s", m.Version, m.Name)
+		require.False(t, m.AppliedAt.IsZero())
+		require.Equal(t, before[i].Migration, m.Migration)
+	}
+}
+
+func TestMigratedTemplateMatchesUp(t *testing.T) {
+	t.Parallel()
+	// pgtest's template is built with Up: a database made from it reports every migration applied.
+	pool, _ := pgtest.NewDB(t)
+	status, err := migrations.Status(context.Background(), pool)
+	require.NoError(t, err)
+	for _, m := range status {
+		require.True(t, m.Applied, "%04d_%s", m.Version, m.Name)
+	}
+}
+
+func TestHashNamesTheSchema(t *testing.T) {
+	t.Parallel()
+	h1, err := migrations.Hash()
+	require.NoError(t, err)
+	h2, err := migrations.Hash()
+	require.NoError(t, err)
+	require.Equal(t, h1, h2)
+	require.Regexp(t, `^[0-9a-f]{16}$`, h1)
+}
