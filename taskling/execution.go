@@ -113,6 +113,7 @@ func (e *Execution) expireLease() {
 		return
 	}
 	e.c.log.Warn("taskling: lease lost: no successful heartbeat in time", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
+	e.c.metrics.leaseLost(e.app + "/" + e.task)
 	e.cancel(ErrLeaseLost)
 }
 
@@ -169,6 +170,7 @@ func (e *Execution) heartbeat(ctx context.Context) {
 				return
 			}
 			failures++
+			e.c.metrics.heartbeatFailed(e.app + "/" + e.task)
 			e.c.log.Warn("taskling: heartbeat failed; retrying", zap.Int64("execution", e.id), zap.Int("failures", failures), zap.Error(err))
 			timer.Reset(min(interval, (50*time.Millisecond)<<min(failures, 10)))
 		case !held && e.releasing.Load():
@@ -177,6 +179,7 @@ func (e *Execution) heartbeat(ctx context.Context) {
 			e.mu.Lock()
 			if e.ctx.Err() == nil {
 				e.c.log.Warn("taskling: lease lost: execution was reclaimed", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
+				e.c.metrics.leaseLost(e.app + "/" + e.task)
 				e.cancel(ErrLeaseLost)
 			}
 			e.mu.Unlock()

@@ -89,7 +89,9 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 
 // acquire runs one acquisition and turns a denial into its error.
 func (c *Client) acquire(ctx context.Context, req execution.AcquireRequest) (execution.AcquireResult, error) {
+	began := time.Now()
 	res, err := c.store.Acquire(ctx, req)
+	c.metrics.acquired(req, res, err, time.Since(began))
 	if err != nil {
 		return res, err
 	}
@@ -164,6 +166,7 @@ func (c *Client) recordGaveUp(ctx context.Context, req execution.AcquireRequest,
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
+		c.metrics.denied(req.TaskName, execution.DeniedLimit)
 		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrLimitReached, req.TaskName, id, cause)
 	}
 	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)

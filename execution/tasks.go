@@ -1,0 +1,314 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/georgysavva/scany/v2/pgxscan"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/tokens"
+)
+
+// Read-only queries for operators (the CLI, the HTTP API, metrics). They never take the task
+// row's lock, so they cannot slow the acquire path down; what they report is a snapshot judged
+// on the DB clock at the moment they run.
+
+// Sources of the limit in force (TaskSummary.LimitSource).
+const (
+	LimitSourceOverride = "override" // an operator's override stored in the task row
+	LimitSourceDeclared = "declared" // the limit last declared by a requester (its code or config)
+	LimitSourceNone     = "none"     // nothing declared yet: the task row exists but was never acquired
+)
+
+// TaskSummary is one task as `tasks list` shows it.
+type TaskSummary struct {
+	ID          int64
+	Application string
+	Task        string
+	// Limit in force: the operator's override if set, else the last requester's declared limit;
+	// -1 unlimited, 0 when LimitSource is LimitSourceNone.
+	Limit         int
+	LimitSource   string
+	DeclaredLimit *int
+	DeclaredBy    *string
+	// Enabled is the operator's override (nil: not overridden, the requesters' settings decide).
+	Enabled *bool
+	// SlotsUsed counts the slots held by live executions (for an unlimited task: its live
+	// executions); SlotsTotal is the number of slots in the token list (-1 unlimited).
+	SlotsUsed  int
+	SlotsTotal int
+	// SlotsRetiring counts held slots marked for removal after a lowered limit.
+	SlotsRetiring int
+	Fence         int64
+	Overrides     Overrides
+	// LastExecution is the newest execution of the task, granted or denied; nil if none.
+	LastExecution *LastExecution
+}
+
+// LastExecution is the newest execution of a task.
+type LastExecution struct {
+	ID        int64
+	Status    string
+	StartedAt time.Time
+}
+
+// summarySQL reads the task rows with their possible holders (served by
+// task_execution_holders_idx) and their newest execution (task_execution_task_id_idx).
+const summarySQL = `
+SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
+    d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
+    d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
+    coalesce(h.ids, '{}'), coalesce(h.alive, '{}'),
+    l.id, l.status, l.started_at
+FROM taskling.task_definition d
+LEFT JOIN LATERAL (
+    SELECT array_agg(id ORDER BY id) AS ids, array_agg(alive ORDER BY id) AS alive
+    FROM (SELECT id, ` + aliveSQL + ` AS alive
+          FROM taskling.task_execution
+          WHERE task_id = d.id AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL) x
+) h ON true
+LEFT JOIN LATERAL (
+    SELECT e.id, ` + statusSQL + ` AS status, e.started_at
+    FROM taskling.task_execution e WHERE e.task_id = d.id ORDER BY e.id DESC LIMIT 1
+) l ON true`
+
+// ListTasks returns every task, ordered by application and task name.
+func (s *Store) ListTasks(ctx context.Context) ([]TaskSummary, error) {
+	rows, err := s.pool.Query(ctx, summarySQL+` ORDER BY d.application_name, d.task_name`)
+	if err != nil {
+		return nil, fmt.Errorf("execution: list tasks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanSummary)
+	if err != nil {
+		return nil, fmt.Errorf("execution: list tasks: %w", err)
+	}
+	return out, nil
+}
+
+// TaskSummary returns one task, or ok=false if it does not exist.
+func (s *Store) TaskSummary(ctx context.Context, app, task string) (TaskSummary, bool, error) {
+	rows, err := s.pool.Query(ctx, summarySQL+` WHERE d.application_name = $1 AND d.task_name = $2`, app, task)
+	if err != nil {
+		return TaskSummary{}, false, fmt.Errorf("execution: task %s/%s: %w", app, task, err)
+	}
+	out, err := pgx.CollectRows(rows, scanSummary)
+	if err != nil {
+		return TaskSummary{}, false, fmt.Errorf("execution: task %s/%s: %w", app, task, err)
+	}
+	if len(out) == 0 {
+		return TaskSummary{}, false, nil
+	}
+	return out[0], true, nil
+}
+
+func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
+	var (
+		t          TaskSummary
+		tokenText  string
+		mode       *int16
+		ids        []int64
+		alive      []bool
+		lastID     *int64
+		lastStatus *string
+		lastAt     *time.Time
+	)
+	err := row.Scan(&t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
+		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &mode, &t.Overrides.KeepAliveInterval,
+		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
+		&t.DeclaredLimit, &t.DeclaredBy, &ids, &alive, &lastID, &lastStatus, &lastAt)
+	if err != nil {
+		return t, err
+	}
+	if mode != nil {
+		m := DeathMode(*mode)
+		t.Overrides.DeathMode = &m
+	}
+	t.Enabled = t.Overrides.Enabled
+	switch {
+	case t.Overrides.ConcurrencyLimit != nil:
+		t.Limit, t.LimitSource = *t.Overrides.ConcurrencyLimit, LimitSourceOverride
+	case t.DeclaredLimit != nil:
+		t.Limit, t.LimitSource = *t.DeclaredLimit, LimitSourceDeclared
+	default:
+		t.LimitSource = LimitSourceNone
+	}
+	if lastID != nil {
+		t.LastExecution = &LastExecution{ID: *lastID, Status: *lastStatus, StartedAt: *lastAt}
+	}
+	list, err := tokens.Parse(tokenText)
+	if err != nil {
+		return t, fmt.Errorf("task %s/%s: stored token list: %w", t.Application, t.Task, err)
+	}
+	live := map[int64]bool{}
+	liveCount := 0
+	for i, id := range ids {
+		live[id] = alive[i]
+		if alive[i] {
+			liveCount++
+		}
+	}
+	t.SlotsTotal = list.Limit()
+	if list.IsUnlimited() {
+		t.SlotsUsed = liveCount
+	} else {
+		t.SlotsUsed = list.InUse(func(id int64) bool { return live[id] })
+	}
+	for _, tok := range list.Tokens {
+		if tok.Status == tokens.Retiring {
+			t.SlotsRetiring++
+		}
+	}
+	return t, nil
+}
+
+// Slot is one slot of a task and its holder, as `tasks show` shows it.
+type Slot struct {
+	TokenID uuid.UUID
+	// Status of the token: "held", "available", "retiring" or "unlimited" (one slot per running
+	// execution of an unlimited task).
+	Status string
+	Holder *Holder // nil for an available slot
+}
+
+// Holder is the execution a slot was granted to, judged on the DB clock.
+type Holder struct {
+	ExecutionID int64
+	// Found is false when the execution row is missing (the acquire then treats the slot as
+	// free); the other fields are then zero.
+	Found         bool
+	Host          string
+	StartedAt     time.Time
+	LastKeepAlive time.Time
+	HeartbeatAge  time.Duration // DB clock now − last heartbeat
+	Alive         bool
+	Fence         int64
+	DeathMode     DeathMode
+	ItemsDone     *int64
+	ItemsTotal    *int64
+	Completed     bool
+	Reclaimed     bool
+}
+
+const holderSQL = `
+SELECT id, host_name, started_at, last_keep_alive,
+    (extract(epoch FROM clock_timestamp() - last_keep_alive) * 1000000)::bigint,
+    completed_at IS NULL AND reclaimed_at IS NULL AND ` + aliveSQL + `,
+    coalesce(fence, 0), death_mode, items_done, items_total,
+    completed_at IS NOT NULL, reclaimed_at IS NOT NULL
+FROM taskling.task_execution
+WHERE id = ANY($1) OR (task_id = $2 AND $3 AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL)
+ORDER BY id`
+
+// TaskSlots returns the slots of a task with their holders, in token-list order (for an
+// unlimited task: one slot per execution that may hold it). The token list and the holders are
+// read in one snapshot.
+func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
+	var out []Slot
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var text string
+		if err := tx.QueryRow(ctx, `SELECT tokens FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		}
+		list, err := tokens.Parse(text)
+		if err != nil {
+			return fmt.Errorf("stored token list: %w", err)
+		}
+		unlimited := list.IsUnlimited()
+		rows, err := tx.Query(ctx, holderSQL, list.Grantees(), taskID, unlimited)
+		if err != nil {
+			return err
+		}
+		holders := map[int64]*Holder{}
+		var order []int64
+		for rows.Next() {
+			h := &Holder{Found: true}
+			var ageUS int64
+			if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastKeepAlive, &ageUS, &h.Alive,
+				&h.Fence, &h.DeathMode, &h.ItemsDone, &h.ItemsTotal, &h.Completed, &h.Reclaimed); err != nil {
+				rows.Close()
+				return err
+			}
+			h.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
+			holders[h.ExecutionID] = h
+			order = append(order, h.ExecutionID)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if unlimited {
+			for _, id := range order {
+				out = append(out, Slot{TokenID: list.Tokens[0].ID, Status: tokens.Unlimited.String(), Holder: holders[id]})
+			}
+			return nil
+		}
+		for _, tok := range list.Tokens {
+			slot := Slot{TokenID: tok.ID, Status: tok.Status.String()}
+			if (tok.Status == tokens.Held || tok.Status == tokens.Retiring) && tok.Grantee != 0 {
+				if h, ok := holders[tok.Grantee]; ok {
+					slot.Holder = h
+				} else {
+					slot.Holder = &Holder{ExecutionID: tok.Grantee}
+				}
+			}
+			out = append(out, slot)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("execution: slots of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// ExecutionsQuery selects a page of a task's executions, newest first.
+type ExecutionsQuery struct {
+	TaskID int64
+	// Status keeps only executions with this derived status ("" = all).
+	Status string
+	// BeforeID keeps only executions with a smaller id (0 = from the newest): pass the previous
+	// page's last id to get the next page.
+	BeforeID int64
+	Limit    int
+}
+
+// executionsPageSQL walks task_execution_task_id_idx (task_id, id DESC) from the cursor; the
+// status filter is applied to the rows it walks, since the status is derived.
+const executionsPageSQL = `
+SELECT * FROM (
+    SELECT ` + executionColumns + `
+    FROM taskling.task_execution e
+    WHERE e.task_id = $1 AND ($2 = 0 OR e.id < $2)
+) x
+WHERE ($3 = '' OR x.status = $3)
+ORDER BY x.id DESC
+LIMIT $4`
+
+// Executions returns a page of a task's executions, newest first, and whether more follow.
+func (s *Store) Executions(ctx context.Context, q ExecutionsQuery) (rows []ExecutionRow, more bool, err error) {
+	if q.Limit < 1 {
+		return nil, false, fmt.Errorf("execution: executions page limit is %d; want at least 1", q.Limit)
+	}
+	if err := pgxscan.Select(ctx, s.pool, &rows, executionsPageSQL, q.TaskID, q.BeforeID, q.Status, q.Limit+1); err != nil {
+		return nil, false, fmt.Errorf("execution: executions of task %d: %w", q.TaskID, err)
+	}
+	if len(rows) > q.Limit {
+		return rows[:q.Limit], true, nil
+	}
+	return rows, false, nil
+}
+
+// IsStatus reports whether s is a derived execution status.
+func IsStatus(s string) bool {
+	switch s {
+	case StatusInProgress, StatusCompleted, StatusFailed, StatusBlocked, StatusDead:
+		return true
+	}
+	return false
+}
