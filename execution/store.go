@@ -17,26 +17,26 @@ import (
 type Isolation int
 
 const (
-	// Serializable (the default) makes PostgreSQL itself prove that no two token transactions
-	// interleave, on top of the row lock every one of them takes first.
-	Serializable Isolation = iota
-	// ReadCommitted relies on the row lock alone (and on rechecking a reclaimed holder under its
-	// own row lock). Offered for comparison in the benchmark.
-	ReadCommitted
+	// ReadCommitted (the default) relies on the task row's lock, taken by the first statement of
+	// every token transaction, and on rechecking each reclaimed holder under its own row lock.
+	ReadCommitted Isolation = iota
+	// Serializable also makes PostgreSQL prove that no two token transactions interleave. Its
+	// page-granular predicate locks make unrelated tasks' transactions conflict (retried).
+	Serializable
 )
 
 func (i Isolation) String() string {
-	if i == ReadCommitted {
-		return "read committed"
+	if i == Serializable {
+		return "serializable"
 	}
-	return "serializable"
+	return "read committed"
 }
 
 func (i Isolation) beginSQL() string {
-	if i == ReadCommitted {
-		return "BEGIN ISOLATION LEVEL READ COMMITTED"
+	if i == Serializable {
+		return "BEGIN ISOLATION LEVEL SERIALIZABLE"
 	}
-	return "BEGIN ISOLATION LEVEL SERIALIZABLE"
+	return "BEGIN ISOLATION LEVEL READ COMMITTED"
 }
 
 // Options configure a Store; the zero value is the default.
