@@ -149,6 +149,11 @@ func (c *Client) HostName() string { return c.host }
 // MaxNameLength is the longest application or task name, in bytes.
 const MaxNameLength = 200
 
+// ValidateName checks an application or task name as every function of this package does:
+// non-empty, at most MaxNameLength bytes, valid UTF-8, no control characters. The error wraps
+// ErrInvalidArgument and names field. Tools use it to reject a bad name before querying.
+func ValidateName(field, s string) error { return validateName(field, s) }
+
 // validateName checks an application, task or host name: non-empty, at most 200 bytes, valid
 // UTF-8, no control characters.
 func validateName(field, s string) error {

@@ -1,0 +1,172 @@
+package httpapi
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// pages are the dashboard's templates, one set per page (each with the shared layout).
+type pages struct {
+	sets map[string]*template.Template
+}
+
+var templateFuncs = template.FuncMap{
+	"pathEscape": url.PathEscape,
+	"limitText": func(n int) string {
+		if n == -1 {
+			return "unlimited"
+		}
+		return fmt.Sprint(n)
+	},
+	"deref": func(p *int64) int64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	},
+	"deref_int": func(p *int) int {
+		if p == nil {
+			return 0
+		}
+		return *p
+	},
+	"deref_bool": func(p *bool) bool { return p != nil && *p },
+	"clock":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"percent": func(done, total *int64) string {
+		if done == nil || total == nil || *total <= 0 {
+			return ""
+		}
+		return fmt.Sprintf("%d%%", min(100, *done*100 / *total))
+	},
+}
+
+func newPages() (*pages, error) {
+	p := &pages{sets: map[string]*template.Template{}}
+	for _, name := range []string{"dashboard", "task", "login"} {
+		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: templates: %w", err)
+		}
+		p.sets[name] = t
+	}
+	return p, nil
+}
+
+func staticFiles() http.Handler {
+	sub, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		http.StripPrefix("/static/", files).ServeHTTP(w, r)
+	})
+}
+
+// page is what every template receives.
+type page struct {
+	Title string
+	// Base is the relative path from the page to the handler's root ("" or "../../"), so the
+	// dashboard works wherever the handler is mounted.
+	Base       string
+	RefreshMS  int64
+	CanWrite   bool
+	Protected  bool
+	Data       any
+	RenderedAt time.Time
+}
+
+func (h *Handler) basePage(r *http.Request, title string) page {
+	depth := strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+	return page{
+		Title: title, Base: strings.Repeat("../", depth), RefreshMS: h.opts.RefreshInterval.Milliseconds(),
+		CanWrite: h.opts.Token != "", Protected: h.opts.ProtectReads, RenderedAt: time.Now(),
+	}
+}
+
+// render writes a page; a request from the auto-refresh (header X-Taskling-Partial) gets only
+// its "content" block.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	tmpl := "layout.html"
+	if r.Header.Get("X-Taskling-Partial") != "" {
+		tmpl = "content"
+	}
+	var buf bytes.Buffer
+	if err := h.pages.sets[name].ExecuteTemplate(&buf, tmpl, p); err != nil {
+		h.log.Sugar().Errorw("taskling http: render page", "page", name, "error", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
+	tasks, err := LoadTasks(r.Context(), h.store)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	p := h.basePage(r, "Tasks")
+	p.Data = tasks
+	h.render(w, r, http.StatusOK, "dashboard", p)
+}
+
+// taskPageData is the task page's data.
+type taskPageData struct {
+	Detail     TaskDetail
+	Executions []Execution
+}
+
+// recentOnTaskPage is how many executions the task page lists.
+const recentOnTaskPage = 20
+
+func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
+	app, task, _, err := taskName(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	t, err := LoadTask(r.Context(), h.store, app, task)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	execs, err := LoadExecutions(r.Context(), h.store, ExecutionsQuery{App: app, Task: task, Limit: recentOnTaskPage})
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	p := h.basePage(r, app+"/"+task)
+	p.Data = taskPageData{Detail: t, Executions: execs.Executions}
+	h.render(w, r, http.StatusOK, "task", p)
+}
+
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+func (h *Handler) pageError(w http.ResponseWriter, r *http.Request, err error) {
+	if isNotFound(err) {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	h.log.Sugar().Errorw("taskling http: page failed", "path", r.URL.Path, "error", err)
+	http.Error(w, "internal error; see the server's log", http.StatusInternalServerError)
+}

@@ -1,0 +1,89 @@
+// taskling dashboard: auto-refresh of the page's content and the overrides form. No framework,
+// no build step.
+(function () {
+  "use strict";
+  var body = document.body;
+  var refreshMS = parseInt(body.dataset.refreshMs, 10) || 2000;
+
+  function token() { return localStorage.getItem("taskling_token") || ""; }
+  function saveToken(t) {
+    localStorage.setItem("taskling_token", t);
+    document.cookie = "taskling_token=" + encodeURIComponent(t) + "; path=/; SameSite=Strict";
+  }
+  function authHeaders(h) {
+    var t = token();
+    if (t) { h.Authorization = "Bearer " + t; }
+    return h;
+  }
+
+  var refreshing = false;
+  function refresh() {
+    if (refreshing) { return Promise.resolve(); }
+    refreshing = true;
+    return fetch(location.href, { headers: authHeaders({ "X-Taskling-Partial": "1" }), cache: "no-store" })
+      .then(function (r) {
+        if (!r.ok) { throw new Error("HTTP " + r.status); }
+        return r.text();
+      })
+      .then(function (html) {
+        document.getElementById("content").innerHTML = html;
+        document.getElementById("refresh-status").textContent = "updated " + new Date().toLocaleTimeString();
+      })
+      .catch(function (e) {
+        document.getElementById("refresh-status").textContent = "refresh failed: " + e.message;
+      })
+      .finally(function () { refreshing = false; });
+  }
+  if (document.getElementById("content")) { setInterval(refresh, refreshMS); }
+
+  function show(msg, ok) {
+    var out = document.getElementById("form-status");
+    out.textContent = msg;
+    out.className = ok ? "ok" : "error";
+  }
+
+  function send(form, method, payload) {
+    var input = document.getElementById("token-input");
+    if (input.value) { saveToken(input.value); }
+    var init = { method: method, headers: authHeaders({ "Content-Type": "application/json" }) };
+    if (payload) { init.body = JSON.stringify(payload); }
+    return fetch(form.dataset.api, init)
+      .then(function (r) {
+        return r.json().then(function (body) {
+          if (!r.ok) { throw new Error(body.error ? body.error.message : "HTTP " + r.status); }
+          return body;
+        });
+      })
+      .then(function (task) {
+        var limit = task.limit === -1 ? "unlimited" : String(task.limit);
+        show("saved: limit " + limit + " (" + task.limit_source + ")", true);
+        return refresh();
+      })
+      .catch(function (e) { show(e.message, false); });
+  }
+
+  var form = document.getElementById("limit-form");
+  if (form) {
+    document.getElementById("token-input").value = token();
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var n = parseInt(document.getElementById("limit-input").value, 10);
+      send(form, "PATCH", { concurrency_limit: n });
+    });
+    form.addEventListener("click", function (ev) {
+      var action = ev.target.dataset && ev.target.dataset.action;
+      if (action === "disable") { send(form, "PATCH", { enabled: false }); }
+      if (action === "enable") { send(form, "PATCH", { enabled: true }); }
+      if (action === "clear") { send(form, "DELETE", null); }
+    });
+  }
+
+  var login = document.getElementById("login-form");
+  if (login) {
+    login.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      saveToken(document.getElementById("token-input").value);
+      location.reload();
+    });
+  }
+})();

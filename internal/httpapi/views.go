@@ -1,0 +1,196 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// The JSON shapes of the API. The CLI's --output json prints the same shapes, so a script
+// written against one works against the other. Durations are Go duration strings ("20s");
+// times are RFC 3339 on the database clock.
+
+// Task is one task: its limit in force and where it comes from, slot usage, overrides and its
+// newest execution.
+type Task struct {
+	Application string `json:"application"`
+	Task        string `json:"task"`
+	// Limit in force: -1 unlimited; 0 while LimitSource is "none".
+	Limit         int            `json:"limit"`
+	LimitSource   string         `json:"limit_source"` // "override", "declared" or "none"
+	DeclaredLimit *int           `json:"declared_limit"`
+	DeclaredBy    *string        `json:"declared_by"`
+	Enabled       *bool          `json:"enabled_override"` // null: not overridden
+	SlotsUsed     int            `json:"slots_used"`
+	SlotsTotal    int            `json:"slots_total"` // -1 unlimited
+	SlotsRetiring int            `json:"slots_retiring"`
+	Fence         int64          `json:"fence"`
+	Overrides     Overrides      `json:"overrides"`
+	LastExecution *LastExecution `json:"last_execution"`
+}
+
+// Overrides are the operator's overrides stored in the task row; null fields are not overridden.
+type Overrides struct {
+	ConcurrencyLimit        *int       `json:"concurrency_limit"`
+	Enabled                 *bool      `json:"enabled"`
+	DeathMode               *string    `json:"death_mode"`
+	KeepAliveInterval       *string    `json:"keep_alive_interval"`
+	KeepAliveDeathThreshold *string    `json:"keep_alive_death_threshold"`
+	OverrideThreshold       *string    `json:"override_threshold"`
+	UpdatedAt               *time.Time `json:"updated_at"`
+}
+
+// LastExecution is a task's newest execution.
+type LastExecution struct {
+	ID        int64     `json:"id"`
+	Status    string    `json:"status"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// TaskDetail is one task with its slots.
+type TaskDetail struct {
+	Task
+	Slots []Slot `json:"slots"`
+}
+
+// Slot is one slot and its holder.
+type Slot struct {
+	TokenID string  `json:"token_id"`
+	Status  string  `json:"status"` // held, available, retiring, unlimited
+	Holder  *Holder `json:"holder"`
+}
+
+// Holder is the execution a slot was granted to, judged on the DB clock.
+type Holder struct {
+	ExecutionID int64 `json:"execution_id"`
+	// Found is false when the execution row is missing: the slot is then free for the next start.
+	Found               bool       `json:"found"`
+	Host                string     `json:"host,omitempty"`
+	StartedAt           *time.Time `json:"started_at,omitempty"`
+	HeartbeatAge        string     `json:"heartbeat_age,omitempty"`
+	HeartbeatAgeSeconds float64    `json:"heartbeat_age_seconds"`
+	Alive               bool       `json:"alive"`
+	Fence               int64      `json:"fence"`
+	ItemsDone           *int64     `json:"items_done"`
+	ItemsTotal          *int64     `json:"items_total"`
+}
+
+// Execution is one execution (one start attempt, granted or denied).
+type Execution struct {
+	ID             int64           `json:"id"`
+	Status         string          `json:"status"` // in_progress, completed, failed, blocked, dead
+	StartedAt      time.Time       `json:"started_at"`
+	CompletedAt    *time.Time      `json:"completed_at"`
+	LastKeepAlive  time.Time       `json:"last_keep_alive"`
+	Host           string          `json:"host"`
+	ReferenceValue *string         `json:"reference_value"`
+	Header         json.RawMessage `json:"header"`
+	FencingToken   *int64          `json:"fencing_token"`
+	ItemsDone      *int64          `json:"items_done"`
+	ItemsTotal     *int64          `json:"items_total"`
+	BlockedReason  *string         `json:"blocked_reason"`
+	ReclaimedAt    *time.Time      `json:"reclaimed_at"`
+	ScheduledFor   *time.Time      `json:"scheduled_for"`
+	LibraryVersion string          `json:"library_version"`
+	Events         []Event         `json:"events,omitempty"`
+}
+
+// Event is one event of an execution.
+type Event struct {
+	Type       string    `json:"type"` // start, checkpoint, error, end, blocked
+	Message    *string   `json:"message"`
+	OccurredAt time.Time `json:"occurred_at"`
+}
+
+// ExecutionPage is a page of a task's executions, newest first. NextBefore, when not null, is the
+// "before" parameter of the next page.
+type ExecutionPage struct {
+	Executions []Execution `json:"executions"`
+	NextBefore *int64      `json:"next_before"`
+}
+
+// NewTask converts a store summary.
+func NewTask(s execution.TaskSummary) Task {
+	t := Task{
+		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: s.LimitSource,
+		DeclaredLimit: s.DeclaredLimit, DeclaredBy: s.DeclaredBy, Enabled: s.Enabled,
+		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
+		Overrides: Overrides{
+			ConcurrencyLimit:        s.Overrides.ConcurrencyLimit,
+			Enabled:                 s.Overrides.Enabled,
+			KeepAliveInterval:       durationText(s.Overrides.KeepAliveInterval),
+			KeepAliveDeathThreshold: durationText(s.Overrides.KeepAliveDeathThreshold),
+			OverrideThreshold:       durationText(s.Overrides.OverrideThreshold),
+			UpdatedAt:               s.Overrides.UpdatedAt,
+		},
+	}
+	if m := s.Overrides.DeathMode; m != nil {
+		name := m.String()
+		t.Overrides.DeathMode = &name
+	}
+	if l := s.LastExecution; l != nil {
+		t.LastExecution = &LastExecution{ID: l.ID, Status: l.Status, StartedAt: l.StartedAt}
+	}
+	return t
+}
+
+// NewSlots converts a task's slots.
+func NewSlots(slots []execution.Slot) []Slot {
+	out := make([]Slot, 0, len(slots))
+	for _, s := range slots {
+		v := Slot{TokenID: s.TokenID.String(), Status: s.Status}
+		if h := s.Holder; h != nil {
+			v.Holder = &Holder{ExecutionID: h.ExecutionID, Found: h.Found}
+			if h.Found {
+				started := h.StartedAt
+				v.Holder.Host, v.Holder.StartedAt, v.Holder.Alive, v.Holder.Fence = h.Host, &started, h.Alive, h.Fence
+				v.Holder.HeartbeatAge = h.HeartbeatAge.Round(100 * time.Millisecond).String()
+				v.Holder.HeartbeatAgeSeconds = h.HeartbeatAge.Seconds()
+				v.Holder.ItemsDone, v.Holder.ItemsTotal = h.ItemsDone, h.ItemsTotal
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// NewExecution converts an execution row and its events (nil: not read).
+func NewExecution(r execution.ExecutionRow, events []execution.Event) Execution {
+	e := Execution{
+		ID: r.ID, Status: r.Status, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
+		LastKeepAlive: r.LastKeepAlive, Host: r.Host, ReferenceValue: r.ReferenceValue, Header: r.Header,
+		FencingToken: r.Fence, ItemsDone: r.ItemsDone, ItemsTotal: r.ItemsTotal,
+		BlockedReason: r.BlockedReason, ReclaimedAt: r.ReclaimedAt, ScheduledFor: r.ScheduledFor,
+		LibraryVersion: r.LibraryVersion,
+	}
+	for _, ev := range events {
+		e.Events = append(e.Events, Event{Type: EventTypeName(ev.Type), Message: ev.Message, OccurredAt: ev.OccurredAt})
+	}
+	return e
+}
+
+// EventTypeName names an event type.
+func EventTypeName(t int16) string {
+	switch t {
+	case execution.EventStart:
+		return "start"
+	case execution.EventCheckpoint:
+		return "checkpoint"
+	case execution.EventError:
+		return "error"
+	case execution.EventEnd:
+		return "end"
+	case execution.EventBlocked:
+		return "blocked"
+	}
+	return "unknown"
+}
+
+func durationText(d *time.Duration) *string {
+	if d == nil {
+		return nil
+	}
+	s := d.String()
+	return &s
+}
