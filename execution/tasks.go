@@ -38,7 +38,8 @@ type TaskSummary struct {
 	// Enabled is the operator's override (nil: not overridden, the requesters' settings decide).
 	Enabled *bool
 	// SlotsUsed counts the slots held by live executions (for an unlimited task: its live
-	// executions); SlotsTotal is the number of slots in the token list (-1 unlimited).
+	// executions); SlotsTotal is the limit in force (-1 unlimited), which the token list — and
+	// so TaskSlots — matches from the next acquisition on.
 	SlotsUsed  int
 	SlotsTotal int
 	// SlotsRetiring counts held slots marked for removal after a lowered limit.
@@ -151,7 +152,12 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 			liveCount++
 		}
 	}
+	// The token list is reconciled to the limit in force by the next acquisition; report the
+	// limit in force, so that a changed limit shows at once.
 	t.SlotsTotal = list.Limit()
+	if t.LimitSource != LimitSourceNone {
+		t.SlotsTotal = t.Limit
+	}
 	if list.IsUnlimited() {
 		t.SlotsUsed = liveCount
 	} else {

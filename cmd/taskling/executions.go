@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+func newExecutionsCommand(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "executions", Short: "List a task's executions, show one execution"}
+	var last int
+	var status string
+	list := &cobra.Command{
+		Use:   "list APP/TASK [--last N] [--status S]",
+		Short: "A task's executions, newest first (granted and denied)",
+		Args:  exactArgs(1, "one argument, APP/TASK"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, task, err := parseTaskArg(args[0])
+			if err != nil {
+				return err
+			}
+			if last < 1 || last > httpapi.MaxPageSize {
+				return usageErrorf("--last is %d; want 1 to %d", last, httpapi.MaxPageSize)
+			}
+			if status != "" && !execution.IsStatus(status) {
+				return usageErrorf("--status is %q; want in_progress, completed, failed, blocked or dead", status)
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				page, err := httpapi.LoadExecutions(ctx, c.Store(), httpapi.ExecutionsQuery{App: app, Task: task, Status: status, Limit: last})
+				if err != nil {
+					return err
+				}
+				if e.output == "json" {
+					return printJSON(e.stdout, page)
+				}
+				return printExecutions(e, page.Executions)
+			})
+		},
+	}
+	list.Flags().IntVar(&last, "last", 20, "how many executions")
+	list.Flags().StringVar(&status, "status", "", "only this status: in_progress, completed, failed, blocked, dead")
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "One execution: status, progress, header and events",
+		Args:  exactArgs(1, "one argument, an execution ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || id < 1 {
+				return usageErrorf("execution ID %q is not a positive integer", args[0])
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				x, err := httpapi.LoadExecution(ctx, c.Store(), id)
+				if err != nil {
+					return err
+				}
+				if e.output == "json" {
+					return printJSON(e.stdout, x)
+				}
+				return printExecution(e, x)
+			})
+		},
+	}
+	cmd.AddCommand(list, show)
+	return cmd
+}
+
+func printExecutions(e *env, xs []httpapi.Execution) error {
+	if len(xs) == 0 {
+		_, err := fmt.Fprintln(e.stdout, "No executions.")
+		return err
+	}
+	t := newTable(e.stdout, "ID", "STATUS", "STARTED", "HOST", "REFERENCE", "PROGRESS", "FENCE")
+	for _, x := range xs {
+		fence := "-"
+		if x.FencingToken != nil {
+			fence = fmt.Sprint(*x.FencingToken)
+		}
+		t.row(fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(deref(x.ReferenceValue)), progress(x.ItemsDone, x.ItemsTotal), fence)
+	}
+	return t.flush()
+}
+
+func printExecution(e *env, x httpapi.Execution) error {
+	w := e.stdout
+	fmt.Fprintf(w, "Execution: %d\n", x.ID)
+	fmt.Fprintf(w, "Status:    %s\n", x.Status)
+	fmt.Fprintf(w, "Host:      %s\n", x.Host)
+	fmt.Fprintf(w, "Started:   %s\n", clock(x.StartedAt))
+	if x.CompletedAt != nil {
+		fmt.Fprintf(w, "Completed: %s\n", clock(*x.CompletedAt))
+	}
+	if x.FencingToken != nil {
+		fmt.Fprintf(w, "Fence:     %d\n", *x.FencingToken)
+	}
+	fmt.Fprintf(w, "Progress:  %s\n", progress(x.ItemsDone, x.ItemsTotal))
+	fmt.Fprintf(w, "Reference: %s\n", orDash(deref(x.ReferenceValue)))
+	if x.BlockedReason != nil {
+		fmt.Fprintf(w, "Blocked:   %s\n", *x.BlockedReason)
+	}
+	if x.ReclaimedAt != nil {
+		fmt.Fprintf(w, "Reclaimed: %s\n", clock(*x.ReclaimedAt))
+	}
+	header := "-"
+	if len(x.Header) > 0 {
+		header = string(x.Header)
+	}
+	fmt.Fprintf(w, "Header:    %s\n\n", header)
+	t := newTable(w, "TIME", "EVENT", "MESSAGE")
+	for _, ev := range x.Events {
+		t.row(clock(ev.OccurredAt), ev.Type, orDash(deref(ev.Message)))
+	}
+	return t.flush()
+}

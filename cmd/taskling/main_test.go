@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/migrations"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
+	)
+}
+
+// cli runs one command line in-process against url and returns its exit code and output.
+func cli(t *testing.T, url string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	getenv := func(k string) string {
+		switch k {
+		case "TASKLING_DATABASE_URL":
+			return url
+		case "TASKLING_HOST_NAME":
+			return "cli-host"
+		}
+		return ""
+	}
+	code = run(context.Background(), args, &out, &errOut, getenv)
+	return code, out.String(), errOut.String()
+}
+
+// ok runs a command that must succeed and returns its stdout.
+func ok(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	code, out, errOut := cli(t, url, args...)
+	require.Equal(t, exitOK, code, "%v: %s", args, errOut)
+	return out
+}
+
+var (
+	timestamps = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`)
+	ages       = regexp.MustCompile(`\b\d\.\ds\b`)
+	slotIDs    = regexp.MustCompile(`(?m)^[0-9a-f]{8}  `)
+)
+
+// golden compares output, with its times, heartbeat ages and slot ids masked (same widths, so
+// the columns stay aligned), to testdata/name.golden; -update rewrites the file.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	got = timestamps.ReplaceAllString(got, "YYYY-MM-DDThh:mm:ssZ")
+	got = ages.ReplaceAllString(got, "N.Ns")
+	got = slotIDs.ReplaceAllString(got, "SLOT-ID   ")
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./cmd/taskling -update to create it")
+	require.Equal(t, string(want), got, "output differs from %s (go test ./cmd/taskling -update rewrites it)", path)
+}
+
+type fixture struct {
+	url     string
+	client  *taskling.Client
+	running *taskling.Execution
+	done    *taskling.Execution
+}
+
+// setup makes billing/export (limit 2: one running execution at 40/100, one completed, one
+// denied) and billing/import (unlimited, one completed execution).
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	pool, url := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Settings: taskling.StaticSettings{
+		"billing/export": {ConcurrencyLimit: 2},
+		"billing/import": {ConcurrencyLimit: -1},
+	}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	f := &fixture{url: url, client: client}
+
+	f.done, err = client.StartExecution(ctx, "billing", "export", &taskling.StartOptions{ReferenceValue: "2026-11-20.csv", Header: map[string]string{"bucket": "exports"}})
+	require.NoError(t, err)
+	require.NoError(t, f.done.Checkpoint(ctx, "uploaded"))
+	require.NoError(t, f.done.SetProgress(ctx, 100, 100))
+	require.NoError(t, f.done.Complete(ctx))
+	f.running, err = client.StartExecution(ctx, "billing", "export", &taskling.StartOptions{ReferenceValue: "2026-11-21.csv"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.running.Complete(context.Background()) })
+	require.NoError(t, f.running.SetProgress(ctx, 40, 100))
+	other, err := client.StartExecution(ctx, "billing", "export", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Complete(context.Background()) })
+	_, err = client.StartExecution(ctx, "billing", "export", nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	require.NoError(t, client.Run(ctx, "billing", "import", func(context.Context, *taskling.Execution) error { return nil }, nil))
+	return f
+}
+
+func TestTablesMatchGoldenFiles(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	golden(t, "tasks_list", ok(t, f.url, "tasks", "list"))
+	golden(t, "tasks_show", ok(t, f.url, "tasks", "show", "billing/export"))
+	golden(t, "executions_list", ok(t, f.url, "executions", "list", "billing/export"))
+	golden(t, "executions_list_completed", ok(t, f.url, "executions", "list", "billing/export", "--status", "completed", "--last", "5"))
+	golden(t, "executions_show", ok(t, f.url, "executions", "show", itoa(f.done.ID())))
+	golden(t, "tasks_set", ok(t, f.url, "tasks", "set", "billing/export", "--limit", "3", "--keep-alive-threshold", "45s"))
+	golden(t, "tasks_clear", ok(t, f.url, "tasks", "clear", "billing/export"))
+}
+
+func itoa(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestJSONOutputIsTheAPIShape(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+
+	var list struct{ Tasks []httpapi.Task }
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "tasks", "list", "-o", "json")), &list))
+	require.Len(t, list.Tasks, 2)
+	export := list.Tasks[0]
+	require.Equal(t, "export", export.Task)
+	require.Equal(t, 2, export.Limit)
+	require.Equal(t, "declared", export.LimitSource)
+	require.Equal(t, 2, export.SlotsUsed)
+	require.Equal(t, "blocked", export.LastExecution.Status)
+	require.Equal(t, -1, list.Tasks[1].SlotsTotal)
+
+	var detail httpapi.TaskDetail
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "--output", "json", "tasks", "show", "billing/export")), &detail))
+	require.Len(t, detail.Slots, 2)
+	for _, s := range detail.Slots {
+		require.True(t, s.Holder.Alive)
+		require.Equal(t, "worker-1", s.Holder.Host)
+	}
+
+	var page httpapi.ExecutionPage
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "executions", "list", "billing/export", "--last", "2", "-o", "json")), &page))
+	require.Len(t, page.Executions, 2)
+	require.NotNil(t, page.NextBefore)
+
+	var x httpapi.Execution
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "executions", "show", itoa(f.running.ID()), "-o", "json")), &x))
+	require.Equal(t, "in_progress", x.Status)
+	require.Equal(t, int64(40), *x.ItemsDone)
+
+	var task httpapi.TaskDetail
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "tasks", "set", "billing/export", "--disable", "-o", "json")), &task))
+	require.False(t, *task.Enabled)
+	_, err := f.client.StartExecution(context.Background(), "billing", "export", nil)
+	require.ErrorIs(t, err, taskling.ErrTaskDisabled, "the CLI's override is obeyed by the next start")
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "tasks", "clear", "billing/export", "-o", "json")), &task))
+	require.Nil(t, task.Enabled)
+}
+
+func TestMigrateUpAndStatus(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewEmptyDB(t)
+	all, err := migrations.All()
+	require.NoError(t, err)
+	type status struct {
+		Migrations []struct {
+			Version int
+			Applied bool
+		}
+	}
+	code, out, errOut := cli(t, url, "migrate", "status", "-o", "json")
+	require.Equal(t, exitPending, code, errOut)
+	require.Contains(t, errOut, "migrations pending")
+	var before status
+	require.NoError(t, json.Unmarshal([]byte(out), &before))
+	require.Len(t, before.Migrations, len(all))
+	require.False(t, before.Migrations[0].Applied)
+
+	ok(t, url, "migrate", "up")
+	var after status
+	require.NoError(t, json.Unmarshal([]byte(ok(t, url, "migrate", "status", "-o", "json")), &after))
+	for _, m := range after.Migrations {
+		require.True(t, m.Applied, "migration %d", m.Version)
+	}
+	require.Regexp(t, `(?m)^0001\s+core\s+\d{4}-`, ok(t, url, "migrate", "up"), "up is idempotent and prints the status table")
+}
+
+func TestBadArgumentsExitWithDocumentedCodes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"tasks"}, exitUsage, "needs a subcommand"},
+		{[]string{"tasks", "list", "--bogus"}, exitUsage, "unknown flag: --bogus"},
+		{[]string{"--output", "yaml", "tasks", "list"}, exitUsage, "--output is \"yaml\""},
+		{[]string{"tasks", "show"}, exitUsage, "takes one argument, APP/TASK"},
+		{[]string{"tasks", "show", "export"}, exitUsage, "want APP/TASK"},
+		{[]string{"tasks", "show", "billing/"}, exitUsage, "task name is empty"},
+		{[]string{"tasks", "show", "billing/nope"}, exitNotFound, "task billing/nope: not found"},
+		{[]string{"tasks", "clear", "billing/nope"}, exitNotFound, "not found"},
+		{[]string{"tasks", "set", "billing/export"}, exitUsage, "needs at least one of --limit"},
+		{[]string{"tasks", "set", "billing/export", "--limit", "0"}, exitUsage, "--limit is 0"},
+		{[]string{"tasks", "set", "billing/export", "--limit", "many"}, exitUsage, "--limit"},
+		{[]string{"tasks", "set", "billing/export", "--disable", "--enable"}, exitUsage, "exclude each other"},
+		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "soon"}, exitUsage, "keep-alive-threshold"},
+		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "-5s"}, exitUsage, "want more than zero"},
+		{[]string{"executions", "list", "billing/export", "--status", "running"}, exitUsage, "--status is \"running\""},
+		{[]string{"executions", "list", "billing/export", "--last", "0"}, exitUsage, "--last is 0"},
+		{[]string{"executions", "list", "billing/nope"}, exitNotFound, "not found"},
+		{[]string{"executions", "show", "abc"}, exitUsage, "not a positive integer"},
+		{[]string{"executions", "show", "999999"}, exitNotFound, "execution 999999: not found"},
+		{[]string{"migrate", "sideways"}, exitUsage, "unknown command"},
+		{[]string{"serve", "--protect-reads"}, exitUsage, "needs TASKLING_API_TOKEN"},
+	} {
+		code, out, errOut := cli(t, f.url, tc.args...)
+		require.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
+		require.Contains(t, errOut, tc.stderr, "%v", tc.args)
+		require.Empty(t, out, "%v", tc.args)
+		require.Regexp(t, `^taskling: [^\n]*\n(Run 'taskling --help' for usage.\n)?$`, errOut, "one line, then the hint on usage errors")
+	}
+
+	code, _, errOut := cli(t, "", "tasks", "list")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, "set --database-url or TASKLING_DATABASE_URL")
+	code, _, errOut = cli(t, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2", "tasks", "list")
+	require.Equal(t, exitUnreachable, code, errOut)
+	require.Contains(t, errOut, "connect to the database")
+}
+
+func TestServeAnswersUntilStopped(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, &bytes.Buffer{}, errOut, func(k string) string {
+			if k == "TASKLING_DATABASE_URL" {
+				return f.url
+			}
+			return ""
+		})
+	}()
+	serving := regexp.MustCompile(`serving on (http://\S+) \(read-only`)
+	var base string
+	require.Eventually(t, func() bool {
+		m := serving.FindStringSubmatch(errOut.String())
+		if m != nil {
+			base = m[1]
+		}
+		return m != nil
+	}, 10*time.Second, 20*time.Millisecond)
+	resp, err := http.Get(base + "/api/v1/tasks/billing/export")
+	require.NoError(t, err)
+	var task httpapi.Task
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&task))
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, 2, task.SlotsUsed)
+
+	cancel()
+	select {
+	case code := <-done:
+		require.Equal(t, exitOK, code, errOut.String())
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop on cancellation")
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/taskling-go/taskling/internal/httpapi"
+)
+
+var errNotFound = httpapi.ErrNotFound
+
+// printJSON writes v indented, as the HTTP API does.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table writes aligned columns.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+func (t *table) flush() error        { return t.tw.Flush() }
+
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
+
+func limitText(n int) string {
+	if n == -1 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
+
+func progress(done, total *int64) string {
+	switch {
+	case done == nil && total == nil:
+		return "-"
+	case total == nil || *total == 0:
+		return fmt.Sprintf("%d", deref(done))
+	}
+	return fmt.Sprintf("%d/%d (%d%%)", deref(done), *total, min(100, deref(done)*100 / *total))
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

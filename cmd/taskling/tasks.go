@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+func newTasksCommand(e *env) *cobra.Command {
+	cmd := &cobra.Command{Use: "tasks", Short: "List tasks, show their slots, set or clear operator overrides"}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "list",
+		Short: "Every task: limit in force and its source, slots used/total, last execution",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				tasks, err := httpapi.LoadTasks(ctx, c.Store())
+				if err != nil {
+					return err
+				}
+				if e.output == "json" {
+					return printJSON(e.stdout, map[string]any{"tasks": tasks})
+				}
+				return printTasks(e, tasks)
+			})
+		},
+	}, &cobra.Command{
+		Use:   "show APP/TASK",
+		Short: "One task and each slot: holder execution, host, heartbeat age, alive/dead, fence",
+		Args:  exactArgs(1, "one argument, APP/TASK"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, task, err := parseTaskArg(args[0])
+			if err != nil {
+				return err
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				return e.showTask(ctx, c, app, task)
+			})
+		},
+	}, newTasksSetCommand(e), &cobra.Command{
+		Use:   "clear APP/TASK",
+		Short: "Remove every operator override: the task returns to its declared settings",
+		Args:  exactArgs(1, "one argument, APP/TASK"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, task, err := parseTaskArg(args[0])
+			if err != nil {
+				return err
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				if _, err := httpapi.LoadTask(ctx, c.Store(), app, task); err != nil {
+					return err
+				}
+				if err := c.ClearOverrides(ctx, app, task); err != nil {
+					return err
+				}
+				return e.showTask(ctx, c, app, task)
+			})
+		},
+	})
+	return cmd
+}
+
+func newTasksSetCommand(e *env) *cobra.Command {
+	var (
+		limit     int
+		disable   bool
+		enable    bool
+		threshold time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "set APP/TASK [--limit N] [--disable | --enable] [--keep-alive-threshold D]",
+		Short: "Store operator overrides; the next start on every host obeys them",
+		Long: `Store operator overrides in the task's row. They win over every host's declared settings
+until 'taskling tasks clear'; the next start on every host obeys them. Lowering the limit
+never evicts a running holder: no new slot is granted until fewer than N hold one.
+The task's row is created if no execution of it ever started, so a limit can be set before
+the first run.`,
+		Args: exactArgs(1, "one argument, APP/TASK"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, task, err := parseTaskArg(args[0])
+			if err != nil {
+				return err
+			}
+			var u taskling.SettingsUpdate
+			flags := cmd.Flags()
+			if flags.Changed("limit") {
+				if limit != -1 && limit < 1 {
+					return usageErrorf("--limit is %d; want -1 (unlimited) or at least 1", limit)
+				}
+				u.ConcurrencyLimit = &limit
+			}
+			if disable && enable {
+				return usageErrorf("--disable and --enable exclude each other")
+			}
+			if disable || enable {
+				on := enable
+				u.Enabled = &on
+			}
+			if flags.Changed("keep-alive-threshold") {
+				if threshold <= 0 {
+					return usageErrorf("--keep-alive-threshold is %s; want more than zero", threshold)
+				}
+				u.KeepAliveDeathThreshold = &threshold
+			}
+			if u == (taskling.SettingsUpdate{}) {
+				return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold")
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
+					return err
+				}
+				return e.showTask(ctx, c, app, task)
+			})
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or N ≥ 1")
+	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
+	cmd.Flags().BoolVar(&enable, "enable", false, "enable the task, whatever its declared settings")
+	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
+	return cmd
+}
+
+func printTasks(e *env, tasks []httpapi.Task) error {
+	if len(tasks) == 0 {
+		_, err := fmt.Fprintln(e.stdout, "No tasks.")
+		return err
+	}
+	t := newTable(e.stdout, "TASK", "LIMIT", "SOURCE", "SLOTS", "ENABLED", "LAST EXECUTION")
+	for _, task := range tasks {
+		slots := fmt.Sprintf("%d/%s", task.SlotsUsed, limitText(task.SlotsTotal))
+		if task.SlotsRetiring > 0 {
+			slots += fmt.Sprintf(" (%d retiring)", task.SlotsRetiring)
+		}
+		last := "-"
+		if l := task.LastExecution; l != nil {
+			last = fmt.Sprintf("#%d %s %s", l.ID, l.Status, clock(l.StartedAt))
+		}
+		t.row(task.Application+"/"+task.Task, limitText(task.Limit), task.LimitSource, slots, enabledText(task.Enabled), last)
+	}
+	return t.flush()
+}
+
+func enabledText(p *bool) string {
+	switch {
+	case p == nil:
+		return "declared"
+	case *p:
+		return "yes (override)"
+	}
+	return "no (override)"
+}
+
+func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string) error {
+	d, err := httpapi.LoadTask(ctx, c.Store(), app, task)
+	if err != nil {
+		return err
+	}
+	if e.output == "json" {
+		return printJSON(e.stdout, d)
+	}
+	w := e.stdout
+	declared := "-"
+	if d.DeclaredLimit != nil {
+		declared = limitText(*d.DeclaredLimit) + " by " + deref(d.DeclaredBy)
+	}
+	fmt.Fprintf(w, "Task:      %s/%s\n", d.Application, d.Task.Task)
+	fmt.Fprintf(w, "Limit:     %s (%s)\n", limitText(d.Limit), d.LimitSource)
+	fmt.Fprintf(w, "Declared:  %s\n", declared)
+	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Enabled))
+	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))
+	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)
+	if o := d.Overrides.KeepAliveDeathThreshold; o != nil {
+		fmt.Fprintf(w, "Keep-alive threshold: %s (override)\n", *o)
+	}
+	fmt.Fprintln(w)
+	if len(d.Slots) == 0 {
+		_, err := fmt.Fprintln(w, "No slots yet.")
+		return err
+	}
+	t := newTable(w, "SLOT", "STATUS", "EXECUTION", "HOST", "HEARTBEAT AGE", "LIVENESS", "FENCE", "PROGRESS")
+	for _, s := range d.Slots {
+		h := s.Holder
+		switch {
+		case h == nil:
+			t.row(s.TokenID[:8], s.Status, "-", "-", "-", "-", "-", "-")
+		case !h.Found:
+			t.row(s.TokenID[:8], s.Status, fmt.Sprintf("#%d", h.ExecutionID), "-", "-", "dead (row missing)", "-", "-")
+		default:
+			live := "dead"
+			if h.Alive {
+				live = "alive"
+			}
+			t.row(s.TokenID[:8], s.Status, fmt.Sprintf("#%d", h.ExecutionID), h.Host, fmt.Sprintf("%.1fs", h.HeartbeatAgeSeconds),
+				live, fmt.Sprint(h.Fence), progress(h.ItemsDone, h.ItemsTotal))
+		}
+	}
+	return t.flush()
+}
