@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/taskling-go/taskling/tokens"
 )
 
 // aliveSQL judges a task_execution row on the DB clock at this moment. It is the one predicate of
@@ -26,14 +23,17 @@ const expiresInSQL = `(extract(epoch FROM (CASE death_mode
     ELSE started_at + override_threshold END) - clock_timestamp()) * 1000000)::bigint`
 
 // lockTaskSQL is the first write of every token transaction: it takes the task row's lock before
-// anything is read, reserves the new execution's id and returns the row as it is under the lock.
+// anything is read, reserves an execution id and returns the row as it is under the lock.
 const lockTaskSQL = `
 UPDATE taskling.task_definition
 SET hold_lock_execution_id = nextval('taskling.task_execution_id_seq')
 WHERE id = $1
 RETURNING hold_lock_execution_id, tokens, fence,
     concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold,
-    override_threshold, declared_limit, declared_by`
+    override_threshold, declared_limit, declared_by, coalesce(waiters_until > clock_timestamp(), false)`
+
+// moreIDsSQL reserves the ids of the other executions a batch may insert.
+const moreIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`
 
 // holdersSQL lists the executions that may hold a slot of the task, with their liveness judged
 // while the row lock is held. Served by task_execution_holders_idx.
@@ -42,42 +42,48 @@ SELECT id, ` + aliveSQL + `, ` + expiresInSQL + `
 FROM taskling.task_execution
 WHERE task_id = $1 AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL`
 
-// duplicateSQL finds an execution of the task with the same reference value that succeeded or is
-// still running and alive. Served by task_execution_reference_idx.
-const duplicateSQL = `
-SELECT EXISTS (
-    SELECT 1 FROM taskling.task_execution
-    WHERE task_id = $1 AND reference_value = $2 AND token_id IS NOT NULL
-      AND NOT blocked AND NOT failed AND reclaimed_at IS NULL
-      AND (completed_at IS NOT NULL OR ` + aliveSQL + `))`
+// duplicatesSQL finds executions of the task with one of the reference values that succeeded or
+// are still running and alive. Served by task_execution_reference_idx.
+const duplicatesSQL = `
+SELECT id, reference_value FROM taskling.task_execution
+WHERE task_id = $1 AND reference_value = ANY($2) AND token_id IS NOT NULL
+  AND NOT blocked AND NOT failed AND reclaimed_at IS NULL
+  AND (completed_at IS NOT NULL OR ` + aliveSQL + `)`
 
 const updateTokensSQL = `
 UPDATE taskling.task_definition
 SET tokens = $2, fence = $3,
     declared_at = CASE WHEN declared_limit IS DISTINCT FROM $4 OR declared_by IS DISTINCT FROM $5
                        THEN clock_timestamp() ELSE declared_at END,
-    declared_limit = $4, declared_by = $5
+    declared_limit = coalesce($4, declared_limit), declared_by = coalesce($5, declared_by),
+    waiters_until = CASE WHEN $6 THEN greatest(waiters_until, clock_timestamp() + interval '60 seconds')
+                         ELSE waiters_until END
 WHERE id = $1`
 
-const insertExecutionSQL = `
+const insertExecutionsSQL = `
 INSERT INTO taskling.task_execution (
     id, task_id, started_at, completed_at, last_keep_alive, host_name,
     death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
     reference_value, idempotent, header, blocked, blocked_reason, token_id, fence,
     scheduled_for, library_version)
-VALUES ($1, $2, clock_timestamp(), CASE WHEN $12 THEN clock_timestamp() END, clock_timestamp(), $3,
-    $4, $5, $6, $7, $8, $9, $10, $12, $13, $14, $15, $16, $11)
-RETURNING started_at`
+SELECT r.id, $1, clock_timestamp(), CASE WHEN r.blocked THEN clock_timestamp() END, clock_timestamp(), r.host,
+    r.mode, r.kai, r.kadt, r.ot, r.ref, r.idem, r.header::jsonb, r.blocked, r.reason, r.token::uuid, r.fence,
+    r.sched, $2
+FROM unnest($3::bigint[], $4::text[], $5::smallint[], $6::interval[], $7::interval[], $8::interval[],
+            $9::text[], $10::boolean[], $11::text[], $12::boolean[], $13::text[], $14::text[], $15::bigint[],
+            $16::timestamptz[])
+    AS r(id, host, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)
+RETURNING id, started_at`
 
 const insertEventsSQL = `
 INSERT INTO taskling.task_execution_event (execution_id, event_type, message)
-SELECT $1, e.t, e.m FROM unnest($2::smallint[], $3::text[]) WITH ORDINALITY AS e(t, m, n)
+SELECT e.x, e.t, e.m FROM unnest($1::bigint[], $2::smallint[], $3::text[]) WITH ORDINALITY AS e(x, t, m, n)
 ORDER BY e.n`
 
 // reclaimSQL marks the dead holders whose slots this transaction takes. Each row is rechecked
 // under its own row lock: a holder that renewed its lease since the read aborts the transaction
-// (with a serialization failure, so it is retried and sees the holder alive). Under SERIALIZABLE
-// PostgreSQL would catch that anyway; under READ COMMITTED this check is what prevents the grant.
+// (with a serialization failure, so it is retried and sees the holder alive). This is what keeps
+// READ COMMITTED safe; under SERIALIZABLE PostgreSQL would catch it too.
 const reclaimSQL = `
 WITH r AS (
     UPDATE taskling.task_execution SET reclaimed_at = clock_timestamp()
@@ -118,8 +124,12 @@ type AcquireRequest struct {
 	Idempotent     bool
 	Header         []byte // JSON, or nil
 	ScheduledFor   *time.Time
+	// Schedule, with ScheduledFor, makes the acquisition claim a cron instant (see ScheduleClaim).
+	// Such an acquisition runs in a transaction of its own: a lost claim aborts it.
+	Schedule *ScheduleClaim
 	// RecordDenial writes a denied attempt as a Blocked execution. When false (an attempt in a
-	// wait loop), a denied attempt writes nothing.
+	// wait loop), a denied attempt writes no execution; it marks the task as waited for (for the
+	// next 60 s), so that releases notify the waiters. Wait loops must retry within 60 s.
 	RecordDenial bool
 	// NewTokenID makes token ids (tests); nil means uuid.New.
 	NewTokenID func() uuid.UUID
@@ -158,200 +168,16 @@ type holder struct {
 	expiresIn time.Duration
 }
 
-// Acquire runs the acquire transaction (DESIGN §5). It returns an error only when the
-// transaction failed; a denial is a result.
+// Acquire runs the acquire transaction (DESIGN §5), together with the other token operations
+// this process has queued on the task. It returns an error only when the transaction failed; a
+// denial is a result.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
-	var res AcquireResult
-	err := s.inTx(ctx, req.TaskID, func(ctx context.Context, tx *txConn) error {
-		var err error
-		res, err = s.acquireOnce(ctx, tx, req)
-		return err
-	})
-	if errors.Is(err, errRollback) {
-		return res, nil
+	o := &op{acquire: &req, ctx: ctx}
+	s.submit(req.TaskID, o)
+	if o.err != nil {
+		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, o.err)
 	}
-	if err != nil {
-		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, err)
-	}
-	return res, nil
-}
-
-func (s *Store) acquireOnce(ctx context.Context, tx *txConn, req AcquireRequest) (AcquireResult, error) {
-	var res AcquireResult
-
-	// Round trip 1: BEGIN; write (lock + reserve id) and read; liveness of the holders.
-	b := &pgx.Batch{}
-	b.Queue(lockTaskSQL, req.TaskID)
-	b.Queue(holdersSQL, req.TaskID)
-	if req.Idempotent && req.ReferenceValue != nil {
-		b.Queue(duplicateSQL, req.TaskID, *req.ReferenceValue)
-	}
-	res.SentAt = time.Now()
-	br := tx.first(ctx, b)
-	var (
-		execID        int64
-		tokenText     string
-		fence         int64
-		ov            Overrides
-		ovMode        *int16
-		declaredLimit *int
-		declaredBy    *string
-	)
-	err := br.QueryRow().Scan(&execID, &tokenText, &fence, &ov.ConcurrencyLimit, &ov.Enabled, &ovMode,
-		&ov.KeepAliveInterval, &ov.KeepAliveDeathThreshold, &ov.OverrideThreshold, &declaredLimit, &declaredBy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		_ = br.Close()
-		return res, fmt.Errorf("task row %d is gone", req.TaskID)
-	}
-	if err != nil {
-		_ = br.Close()
-		return res, err
-	}
-	if ovMode != nil {
-		m := DeathMode(*ovMode)
-		ov.DeathMode = &m
-	}
-	holders := map[int64]holder{}
-	rows, _ := br.Query()
-	for rows.Next() {
-		var id, expiresUS int64
-		var alive bool
-		if err := rows.Scan(&id, &alive, &expiresUS); err != nil {
-			rows.Close()
-			_ = br.Close()
-			return res, err
-		}
-		holders[id] = holder{alive: alive, expiresIn: time.Duration(expiresUS) * time.Microsecond}
-	}
-	if err := rows.Err(); err != nil {
-		_ = br.Close()
-		return res, err
-	}
-	duplicate := false
-	if req.Idempotent && req.ReferenceValue != nil {
-		if err := br.QueryRow().Scan(&duplicate); err != nil {
-			_ = br.Close()
-			return res, err
-		}
-	}
-	if err := br.Close(); err != nil {
-		return res, err
-	}
-
-	// Pure token logic.
-	res.Effective = ov.Apply(req.Declared)
-	res.Overridden = !ov.IsZero()
-	if err := res.Effective.Validate("with operator overrides"); err != nil {
-		return res, fmt.Errorf("task %s: %w", req.TaskName, err)
-	}
-	if !res.Effective.Enabled {
-		res.Denied = DeniedDisabled
-		return res, errRollback // nothing is written for a disabled task
-	}
-	if declaredLimit != nil && declaredBy != nil && *declaredLimit != req.Declared.ConcurrencyLimit && *declaredBy != req.Host {
-		res.ConflictingDeclaration = &Declaration{Limit: *declaredLimit, Host: *declaredBy}
-	}
-	list, err := tokens.Parse(tokenText)
-	if err != nil {
-		return res, fmt.Errorf("task %s: stored token list: %w", req.TaskName, err)
-	}
-	alive := func(id int64) bool { h, ok := holders[id]; return ok && h.alive }
-	newID := req.NewTokenID
-	if newID == nil {
-		newID = uuid.New
-	}
-	adopt := make([]int64, 0, len(holders))
-	if list.IsUnlimited() || len(list.Tokens) == 0 {
-		for id, h := range holders {
-			if h.alive {
-				adopt = append(adopt, id)
-			}
-		}
-		sort.Slice(adopt, func(i, j int) bool { return adopt[i] < adopt[j] })
-	}
-	list, reclaimed, err := list.Adjust(res.Effective.ConcurrencyLimit, alive, adopt, newID)
-	if err != nil {
-		return res, fmt.Errorf("task %s: %w", req.TaskName, err)
-	}
-	var grant tokens.GrantResult
-	switch {
-	case duplicate:
-		res.Denied = DeniedDuplicate
-	default:
-		list, grant = list.Grant(execID, alive)
-		if !grant.Granted {
-			res.Denied = DeniedLimit
-		} else if grant.Reclaimed != 0 {
-			reclaimed = append(reclaimed, grant.Reclaimed)
-		}
-	}
-	if res.Denied == DeniedLimit {
-		for _, id := range list.Grantees() {
-			if h, ok := holders[id]; ok && h.alive && (res.NextExpiry == 0 || h.expiresIn < res.NextExpiry) {
-				res.NextExpiry = max(h.expiresIn, time.Millisecond)
-			}
-		}
-	}
-	if res.Denied != NotDenied && !req.RecordDenial {
-		return res, errRollback
-	}
-
-	// Round trip 2: write the tokens, the execution, its events, the reclaims; COMMIT.
-	if grant.Granted {
-		fence++
-		res.Fence, res.TokenID = fence, grant.TokenID
-	}
-	res.ExecutionID, res.Reclaimed = execID, reclaimed
-	e := res.Effective
-	var tokenID *uuid.UUID
-	var execFence *int64
-	if grant.Granted {
-		tokenID, execFence = &grant.TokenID, &fence
-	}
-	blocked := res.Denied != NotDenied
-	var reason *string
-	events, messages := []int16{EventStart}, []*string{nil}
-	if blocked {
-		r := denyMessage(res.Denied, e.ConcurrencyLimit)
-		reason = &r
-		events, messages = append(events, EventBlocked, EventEnd), append(messages, &r, nil)
-	}
-	var header any
-	if req.Header != nil {
-		header = string(req.Header)
-	}
-	b = &pgx.Batch{}
-	b.Queue(updateTokensSQL, req.TaskID, list.String(), fence, req.Declared.ConcurrencyLimit, req.Host)
-	b.Queue(insertExecutionSQL, execID, req.TaskID, req.Host,
-		int16(e.DeathMode), e.KeepAliveInterval, e.KeepAliveDeathThreshold, e.OverrideThreshold,
-		req.ReferenceValue, req.Idempotent, header, s.opts.LibraryVersion,
-		blocked, reason, tokenID, execFence, req.ScheduledFor)
-	b.Queue(insertEventsSQL, execID, events, messages)
-	if len(reclaimed) > 0 {
-		b.Queue(reclaimSQL, reclaimed)
-	}
-	br = tx.last(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return res, err
-	}
-	if err := br.QueryRow().Scan(&res.StartedAt); err != nil {
-		return res, err
-	}
-	if _, err := br.Exec(); err != nil {
-		return res, err
-	}
-	if len(reclaimed) > 0 {
-		var n int64
-		if err := br.QueryRow().Scan(&n); err != nil {
-			return res, err
-		}
-	}
-	if _, err := br.Exec(); err != nil { // COMMIT
-		return res, err
-	}
-	tx.open = false
-	return res, nil
+	return o.acquireRes, nil
 }
 
 func denyMessage(r DenyReason, limit int) string {

@@ -2,35 +2,30 @@ package execution
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
-	"github.com/taskling-go/taskling/tokens"
 )
 
-const lockForReleaseSQL = `
-UPDATE taskling.task_definition SET hold_lock_execution_id = $2 WHERE id = $1 RETURNING tokens`
-
-const setTokensSQL = `UPDATE taskling.task_definition SET tokens = $2 WHERE id = $1`
-
-// completeSQL ends the execution once (a second Complete changes nothing) and records its End
-// event. It reports whether the execution had been reclaimed.
+// completeSQL ends the released executions once (a second Complete changes nothing), records
+// their End events, and reports for each whether it had been reclaimed and whether this call
+// completed it.
 const completeSQL = `
-WITH u AS (
-    UPDATE taskling.task_execution
-    SET completed_at = clock_timestamp(), failed = failed OR $2
-    WHERE id = $1 AND completed_at IS NULL
-    RETURNING id, reclaimed_at IS NOT NULL AS reclaimed
-), e AS (
+WITH r AS (SELECT * FROM unnest($1::bigint[], $2::boolean[]) AS r(id, failed)),
+u AS (
+    UPDATE taskling.task_execution e
+    SET completed_at = clock_timestamp(), failed = e.failed OR r.failed
+    FROM r
+    WHERE e.id = r.id AND e.completed_at IS NULL
+    RETURNING e.id, e.reclaimed_at IS NOT NULL AS reclaimed
+), ev AS (
     INSERT INTO taskling.task_execution_event (execution_id, event_type)
     SELECT id, 4 FROM u
 )
-SELECT
-    coalesce((SELECT reclaimed FROM u), (SELECT reclaimed_at IS NOT NULL FROM taskling.task_execution WHERE id = $1), true),
-    EXISTS (SELECT 1 FROM u)`
+SELECT r.id, coalesce(u.reclaimed, e.reclaimed_at IS NOT NULL, true), u.id IS NOT NULL
+FROM r
+LEFT JOIN u ON u.id = r.id
+LEFT JOIN taskling.task_execution e ON e.id = r.id`
 
 // NotifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced; the payload is
 // the task id.
@@ -56,61 +51,14 @@ type ReleaseResult struct {
 	AlreadyCompleted bool
 }
 
-// Release runs the release transaction: the token goes back only if this execution is still its
-// grantee (identity-checked), the execution is marked completed, and waiters are notified.
+// Release runs the release transaction, together with the other token operations this process
+// has queued on the task: the token goes back only if this execution is still its grantee
+// (identity-checked), the execution is marked completed, and waiters are notified.
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error) {
-	var res ReleaseResult
-	err := s.inTx(ctx, req.TaskID, func(ctx context.Context, tx *txConn) error {
-		res = ReleaseResult{}
-		b := &pgx.Batch{}
-		b.Queue(lockForReleaseSQL, req.TaskID, req.ExecutionID)
-		br := tx.first(ctx, b)
-		var text string
-		err := br.QueryRow().Scan(&text)
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("task row %d is gone", req.TaskID)
-		}
-		if err != nil {
-			return err
-		}
-		list, err := tokens.Parse(text)
-		if err != nil {
-			return fmt.Errorf("task %s: stored token list: %w", req.TaskName, err)
-		}
-		next, held := list.Return(req.TokenID, req.ExecutionID)
-		b = &pgx.Batch{}
-		if held && !list.IsUnlimited() {
-			b.Queue(setTokensSQL, req.TaskID, next.String())
-			b.Queue(notifySQL, req.TaskID)
-		}
-		b.Queue(completeSQL, req.ExecutionID, req.Failed)
-		br = tx.last(ctx, b)
-		defer br.Close()
-		if held && !list.IsUnlimited() {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		var reclaimed, updated bool
-		if err := br.QueryRow().Scan(&reclaimed, &updated); err != nil {
-			return err
-		}
-		if _, err := br.Exec(); err != nil { // COMMIT
-			return err
-		}
-		tx.open = false
-		res.LeaseLost = !held || reclaimed
-		res.AlreadyCompleted = !updated
-		return nil
-	})
-	if err != nil {
-		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, err)
+	o := &op{release: &req, ctx: ctx}
+	s.submit(req.TaskID, o)
+	if o.err != nil {
+		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, o.err)
 	}
-	return res, nil
+	return o.releaseRes, nil
 }

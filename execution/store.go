@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,23 +52,31 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 
-	// Per-task local locks: one process's own concurrent token transactions on a task queue here
-	// instead of on the row lock, so cross-host contention is per host, not per goroutine.
-	locksMu sync.Mutex
-	locks   map[int64]chan struct{}
+	// Per-task combiners: one process's own token operations on a task are served together, so
+	// cross-host contention is per host, not per goroutine.
+	locksMu   sync.Mutex
+	combiners map[int64]*combiner
 
-	stats Stats
+	retries      atomic.Int64
+	transactions atomic.Int64
+	operations   atomic.Int64
 }
 
 // Stats are counters since the Store was created.
 type Stats struct {
-	mu                   sync.Mutex
+	// Transactions is the number of token transactions committed or rolled back without error.
+	Transactions int64
+	// Operations is the number of acquisitions and releases they served: more than Transactions
+	// when concurrent requests of a task were coalesced.
+	Operations int64
+	// SerializationRetries is the number of token transactions retried after a serialization
+	// failure, a deadlock, or a holder that renewed its lease while being reclaimed.
 	SerializationRetries int64
 }
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool, opts *Options) *Store {
-	s := &Store{pool: pool, locks: map[int64]chan struct{}{}}
+	s := &Store{pool: pool, combiners: map[int64]*combiner{}}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -77,36 +86,13 @@ func NewStore(pool *pgxpool.Pool, opts *Options) *Store {
 // Pool returns the pool the Store runs on.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// SerializationRetries is the number of token transactions retried after a serialization
-// failure or deadlock.
-func (s *Store) SerializationRetries() int64 {
-	s.stats.mu.Lock()
-	defer s.stats.mu.Unlock()
-	return s.stats.SerializationRetries
+// Stats returns the Store's counters.
+func (s *Store) Stats() Stats {
+	return Stats{Transactions: s.transactions.Load(), Operations: s.operations.Load(), SerializationRetries: s.retries.Load()}
 }
 
-func (s *Store) countRetry() {
-	s.stats.mu.Lock()
-	s.stats.SerializationRetries++
-	s.stats.mu.Unlock()
-}
-
-// lockTask takes the local lock of a task, or fails when ctx ends first.
-func (s *Store) lockTask(ctx context.Context, taskID int64) (unlock func(), err error) {
-	s.locksMu.Lock()
-	ch, ok := s.locks[taskID]
-	if !ok {
-		ch = make(chan struct{}, 1)
-		s.locks[taskID] = ch
-	}
-	s.locksMu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
+// SerializationRetries is Stats().SerializationRetries.
+func (s *Store) SerializationRetries() int64 { return s.retries.Load() }
 
 // IsRetryable reports whether err is a serialization failure (40001) or a deadlock (40P01): the
 // transaction did nothing and may simply run again.
@@ -156,27 +142,8 @@ func backoff(ctx context.Context, n int, base, limit time.Duration) error {
 	}
 }
 
-// inTx runs one token transaction on a connection of its own, as two batched round trips built
-// by fn. fn receives the connection with BEGIN already queued in its first batch (see send).
-// A retryable failure runs fn again after a jittered backoff until ctx ends.
-func (s *Store) inTx(ctx context.Context, taskID int64, fn func(ctx context.Context, tx *txConn) error) error {
-	unlock, err := s.lockTask(ctx, taskID)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	for attempt := 0; ; attempt++ {
-		err := s.runTx(ctx, fn)
-		if err == nil || !IsRetryable(err) {
-			return err
-		}
-		s.countRetry()
-		if berr := backoff(ctx, attempt, time.Millisecond, 50*time.Millisecond); berr != nil {
-			return fmt.Errorf("%w (last attempt: %w)", berr, err)
-		}
-	}
-}
-
+// runTx runs fn's transaction on a connection of its own; fn sends its batches through tx. If fn
+// fails with the transaction open, it is rolled back (or the connection closed).
 func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx *txConn) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

@@ -24,6 +24,9 @@ CREATE TABLE taskling.task_definition (
     declared_limit              integer,
     declared_by                 text,
     declared_at                 timestamptz,
+    -- Until when some requester waits for a slot (WaitForSlot): a release notifies waiters only
+    -- while this is in the future, so tasks nobody waits for never pay for NOTIFY.
+    waiters_until               timestamptz,
     last_cleaned_at             timestamptz,
     created_at                  timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT task_definition_names_key UNIQUE (application_name, task_name)

@@ -1,0 +1,264 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/georgysavva/scany/v2/pgxscan"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Schedule event kinds stored in schedule_event.kind.
+const (
+	ScheduleSkipped    int16 = 1 // skipped by the catch-up policy (or past MaxCatchUp)
+	ScheduleExpired    int16 = 2 // older than the catch-up window
+	ScheduleDisabled   int16 = 3 // came due while the task was disabled
+	ScheduleRegistered int16 = 4
+	ScheduleChanged    int16 = 5 // spec or zone changed: the cursor moved to now
+)
+
+// ScheduleDef is a schedule as registered.
+type ScheduleDef struct {
+	TaskID           int64
+	Spec             string
+	TimeZone         string
+	CatchUp          int16
+	CatchUpWindow    *time.Duration
+	MaxCatchUp       int
+	Overlap          int16
+	MisfireThreshold time.Duration
+	Host             string
+}
+
+// ScheduleRow is a schedule as stored, with the DB clock when it was read.
+type ScheduleRow struct {
+	TaskID           int64          `db:"task_id"`
+	Spec             string         `db:"spec"`
+	TimeZone         string         `db:"time_zone"`
+	CatchUp          int16          `db:"catch_up"`
+	CatchUpWindow    *time.Duration `db:"catch_up_window"`
+	MaxCatchUp       int            `db:"max_catch_up"`
+	Overlap          int16          `db:"overlap"`
+	MisfireThreshold time.Duration  `db:"misfire_threshold"`
+	Cursor           time.Time      `db:"cursor_at"`
+	RegisteredBy     string         `db:"registered_by"`
+	ChangedAt        time.Time      `db:"changed_at"`
+	Now              time.Time      `db:"now"`
+}
+
+// ScheduleEvent is a range of instants decided without a run, or a registration.
+type ScheduleEvent struct {
+	Kind     int16
+	First    *time.Time
+	Last     *time.Time
+	Instants int64
+	Detail   string
+}
+
+// ScheduleClaim makes an acquisition claim a cron instant: in the acquire transaction, the
+// schedule's cursor moves from Expected to the claimed instant (AcquireRequest.ScheduledFor) by a
+// compare-and-set, and Events (the instants before it decided without a run) are recorded. A
+// stale claimer fails with an error for which IsScheduleConflict is true, and writes nothing.
+type ScheduleClaim struct {
+	Expected time.Time
+	Events   []ScheduleEvent
+}
+
+const scheduleColumns = `task_id, spec, time_zone, catch_up, catch_up_window, max_catch_up, overlap,
+    misfire_threshold, cursor_at, registered_by, changed_at`
+
+const lockScheduleSQL = `SELECT ` + scheduleColumns + `, clock_timestamp() AS now
+FROM taskling.schedule WHERE task_id = $1 FOR UPDATE`
+
+const upsertScheduleSQL = `
+INSERT INTO taskling.schedule (task_id, spec, time_zone, catch_up, catch_up_window, max_catch_up,
+    overlap, misfire_threshold, cursor_at, registered_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(), $9)
+ON CONFLICT (task_id) DO UPDATE SET
+    spec = EXCLUDED.spec, time_zone = EXCLUDED.time_zone, catch_up = EXCLUDED.catch_up,
+    catch_up_window = EXCLUDED.catch_up_window, max_catch_up = EXCLUDED.max_catch_up,
+    overlap = EXCLUDED.overlap, misfire_threshold = EXCLUDED.misfire_threshold,
+    registered_by = EXCLUDED.registered_by,
+    cursor_at = CASE WHEN $10 THEN greatest(schedule.cursor_at, clock_timestamp()) ELSE schedule.cursor_at END,
+    changed_at = CASE WHEN $10 THEN clock_timestamp() ELSE schedule.changed_at END
+RETURNING ` + scheduleColumns + `, clock_timestamp() AS now`
+
+// insertScheduleEventsSQL inserts events given as parallel arrays; $1 task, $2 host.
+const insertScheduleEventsSQL = `
+INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
+SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
+FROM unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
+ORDER BY e.o`
+
+// advanceScheduleSQL moves the cursor by compare-and-set and records the events with it; it
+// returns no row when the cursor had moved.
+const advanceScheduleSQL = `
+WITH u AS (
+    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
+    RETURNING task_id
+), ev AS (
+    INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
+    SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
+    FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
+    ORDER BY e.o
+)
+SELECT task_id FROM u`
+
+// claimScheduleSQL is the same compare-and-set inside the acquire transaction; a failed one
+// raises TLC01 so that the whole transaction (its COMMIT is in the same batch) writes nothing.
+const claimScheduleSQL = `
+WITH u AS (
+    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
+    RETURNING task_id
+), ev AS (
+    INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
+    SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
+    FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
+    ORDER BY e.o
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN true ELSE taskling.schedule_cursor_moved($1) END`
+
+type eventArrays struct {
+	kinds   []int16
+	firsts  []*time.Time
+	lasts   []*time.Time
+	counts  []int64
+	details []*string
+}
+
+func toArrays(events []ScheduleEvent) eventArrays {
+	var a eventArrays
+	for _, e := range events {
+		a.kinds = append(a.kinds, e.Kind)
+		a.firsts = append(a.firsts, e.First)
+		a.lasts = append(a.lasts, e.Last)
+		a.counts = append(a.counts, e.Instants)
+		var d *string
+		if e.Detail != "" {
+			d = &e.Detail
+		}
+		a.details = append(a.details, d)
+	}
+	return a
+}
+
+// queueClaim adds the claim's compare-and-set to the acquire transaction's second batch.
+func queueClaim(b *pgx.Batch, req AcquireRequest) {
+	a := toArrays(req.Schedule.Events)
+	b.Queue(claimScheduleSQL, req.TaskID, req.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details,
+		*req.ScheduledFor, req.Schedule.Expected)
+}
+
+// IsScheduleConflict reports whether err means a schedule claim lost to another host: the cursor
+// had moved, or the instant was already claimed.
+func IsScheduleConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "TLC01" ||
+		pgErr.Code == "23505" && pgErr.ConstraintName == "task_execution_scheduled_for_key")
+}
+
+// UpsertSchedule registers a schedule or updates it. A changed spec or zone moves the cursor to
+// max(cursor, now) in the same transaction, so an edit never triggers catch-up; the first
+// registration sets it to now. Registrations and changes are recorded as events.
+func (s *Store) UpsertSchedule(ctx context.Context, def ScheduleDef) (ScheduleRow, error) {
+	var row ScheduleRow
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var prev []ScheduleRow
+		if err := pgxscan.Select(ctx, tx, &prev, lockScheduleSQL, def.TaskID); err != nil {
+			return err
+		}
+		changed := len(prev) == 1 && (prev[0].Spec != def.Spec || prev[0].TimeZone != def.TimeZone)
+		var rows []ScheduleRow
+		if err := pgxscan.Select(ctx, tx, &rows, upsertScheduleSQL, def.TaskID, def.Spec, def.TimeZone,
+			def.CatchUp, def.CatchUpWindow, def.MaxCatchUp, def.Overlap, def.MisfireThreshold, def.Host, changed); err != nil {
+			return err
+		}
+		row = rows[0]
+		var ev ScheduleEvent
+		switch {
+		case len(prev) == 0:
+			ev = ScheduleEvent{Kind: ScheduleRegistered, Detail: fmt.Sprintf("registered %q in %s", def.Spec, def.TimeZone)}
+		case changed:
+			ev = ScheduleEvent{Kind: ScheduleChanged, Detail: fmt.Sprintf("changed from %q in %s to %q in %s; cursor moved to %s (no catch-up)",
+				prev[0].Spec, prev[0].TimeZone, def.Spec, def.TimeZone, row.Cursor.UTC().Format(time.RFC3339Nano))}
+		default:
+			return nil
+		}
+		a := toArrays([]ScheduleEvent{ev})
+		_, err := tx.Exec(ctx, insertScheduleEventsSQL, def.TaskID, def.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details)
+		return err
+	})
+	if err != nil {
+		return row, fmt.Errorf("execution: register schedule of task %d: %w", def.TaskID, err)
+	}
+	return row, nil
+}
+
+// Schedule returns a task's schedule and the DB clock, or ok=false if it has none.
+func (s *Store) Schedule(ctx context.Context, taskID int64) (row ScheduleRow, ok bool, err error) {
+	var rows []ScheduleRow
+	err = pgxscan.Select(ctx, s.pool, &rows, `SELECT `+scheduleColumns+`, clock_timestamp() AS now FROM taskling.schedule WHERE task_id = $1`, taskID)
+	if err != nil {
+		return row, false, fmt.Errorf("execution: schedule of task %d: %w", taskID, err)
+	}
+	if len(rows) == 0 {
+		return row, false, nil
+	}
+	return rows[0], true, nil
+}
+
+// AdvanceSchedule moves a schedule's cursor from expected to next and records events, atomically.
+// ok=false: the cursor had moved (another host decided first); nothing was written.
+func (s *Store) AdvanceSchedule(ctx context.Context, taskID int64, host string, expected, next time.Time, events []ScheduleEvent) (ok bool, err error) {
+	a := toArrays(events)
+	rows, err := s.pool.Query(ctx, advanceScheduleSQL, taskID, host, a.kinds, a.firsts, a.lasts, a.counts, a.details, next, expected)
+	if err != nil {
+		return false, fmt.Errorf("execution: advance schedule of task %d: %w", taskID, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return false, fmt.Errorf("execution: advance schedule of task %d: %w", taskID, err)
+	}
+	return len(ids) == 1, nil
+}
+
+// ScheduleEventRow is one recorded schedule event.
+type ScheduleEventRow struct {
+	ID         int64      `db:"id"`
+	Kind       int16      `db:"kind"`
+	First      *time.Time `db:"first_instant"`
+	Last       *time.Time `db:"last_instant"`
+	Instants   int64      `db:"instants"`
+	Detail     *string    `db:"detail"`
+	Host       string     `db:"host_name"`
+	RecordedAt time.Time  `db:"recorded_at"`
+}
+
+// ScheduleEvents returns a task's last n schedule events, newest first (schedule_event_task_idx).
+func (s *Store) ScheduleEvents(ctx context.Context, taskID int64, n int) ([]ScheduleEventRow, error) {
+	var out []ScheduleEventRow
+	err := pgxscan.Select(ctx, s.pool, &out, `
+SELECT id, kind, first_instant, last_instant, instants, detail, host_name, recorded_at
+FROM taskling.schedule_event WHERE task_id = $1 ORDER BY id DESC LIMIT $2`, taskID, n)
+	if err != nil {
+		return nil, fmt.Errorf("execution: schedule events of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// ScheduledExecutions returns a task's executions with scheduled_for in [from, to], oldest
+// instant first (served by task_execution_scheduled_for_key).
+func (s *Store) ScheduledExecutions(ctx context.Context, taskID int64, from, to time.Time) ([]ExecutionRow, error) {
+	var out []ExecutionRow
+	err := pgxscan.Select(ctx, s.pool, &out, `SELECT `+executionColumns+`
+FROM taskling.task_execution e
+WHERE e.task_id = $1 AND e.scheduled_for BETWEEN $2 AND $3
+ORDER BY e.scheduled_for`, taskID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("execution: scheduled executions of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
