@@ -92,7 +92,37 @@ func (e *Execution) StartedAt() time.Time { return e.startedAt }
 // when its last successful heartbeat was sent longer ago than the death threshold minus the safety
 // margin (on the local monotonic clock, so a paused process cancels itself the moment it resumes,
 // before any other host may reclaim), or when a heartbeat finds the execution reclaimed.
-func (e *Execution) Context() context.Context { return e.ctx }
+//
+// Err and Done check the lease deadline themselves rather than wait for the timer that cancels
+// the context: a process paused past its deadline (SIGSTOP, a frozen VM, a long stall) sees its
+// context cancelled on its first check after resuming, even when the goroutine doing the work runs
+// before the timer's. Contexts derived from it are cancelled when it is, so check this one (or
+// its Done) before a write that needs the slot.
+func (e *Execution) Context() context.Context { return leaseContext{Context: e.ctx, e: e} }
+
+// leaseContext is an execution's context as its work sees it.
+type leaseContext struct {
+	context.Context
+	e *Execution
+}
+
+func (c leaseContext) Err() error {
+	c.e.checkLease()
+	return c.Context.Err()
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.e.checkLease()
+	return c.Context.Done()
+}
+
+// checkLease cancels the context with ErrLeaseLost once the lease deadline has passed, without
+// waiting for the lease timer to run.
+func (e *Execution) checkLease() {
+	if e.ctx.Err() == nil {
+		e.expireLease()
+	}
+}
 
 // Header decodes the header stored at start into v. Without a header v is left as it is.
 func (e *Execution) Header(v any) error {
