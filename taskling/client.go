@@ -67,6 +67,8 @@ type Client struct {
 
 	taskIDs sync.Map // "app\x00task" -> int64
 
+	sched scheduler // cron registrations (schedule.go)
+
 	closeOnce sync.Once
 	closed    chan struct{}
 	live      sync.WaitGroup // heartbeats of executions started by this client

@@ -32,6 +32,8 @@ type Execution struct {
 	leaseTTL   time.Duration // threshold - safety margin
 	header     []byte
 	heartbeats bool
+	// scheduledFor is the cron instant a scheduler run was claimed for (schedule.go).
+	scheduledFor time.Time
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc

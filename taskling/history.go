@@ -40,6 +40,9 @@ type ExecutionInfo struct {
 	Header         json.RawMessage
 	BlockedReason  string
 	ReclaimedAt    time.Time // zero unless another execution took its slot
+	// ScheduledFor is the cron instant a scheduler run (or a Blocked overlap-skipped instant)
+	// was for; zero for other executions.
+	ScheduledFor time.Time
 }
 
 func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
@@ -64,6 +67,9 @@ func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
 	}
 	if r.ReclaimedAt != nil {
 		info.ReclaimedAt = *r.ReclaimedAt
+	}
+	if r.ScheduledFor != nil {
+		info.ScheduledFor = *r.ScheduledFor
 	}
 	return info
 }

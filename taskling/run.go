@@ -31,9 +31,15 @@ func (c *Client) Run(ctx context.Context, app, task string, fn func(ctx context.
 	if err != nil {
 		return err
 	}
+	return c.runStarted(ctx, exec, fn)
+}
+
+// runStarted runs fn under a granted execution and completes it, as Run does.
+func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx context.Context, exec *Execution) error) error {
+	app, task := exec.app, exec.task
 	runCtx, cancel := context.WithCancelCause(exec.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	err = callProtected(runCtx, exec, fn)
+	err := callProtected(runCtx, exec, fn)
 	stop()
 	cancel(nil)
 
