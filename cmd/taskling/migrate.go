@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/taskling-go/taskling/migrations"
@@ -39,13 +40,10 @@ type migrationJSON struct {
 }
 
 func (e *env) migrate(ctx context.Context, up bool) error {
-	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	defer cancel()
-	pool, err := e.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
+	return e.withPool(ctx, func(ctx context.Context, pool *pgxpool.Pool) error { return e.migrateOn(ctx, pool, up) })
+}
+
+func (e *env) migrateOn(ctx context.Context, pool *pgxpool.Pool, up bool) error {
 	if up {
 		if err := migrations.Up(ctx, pool); err != nil {
 			return err

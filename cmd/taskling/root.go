@@ -144,8 +144,8 @@ func (e *env) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// withClient runs fn with a client, under the command's timeout.
-func (e *env) withClient(ctx context.Context, fn func(ctx context.Context, c *taskling.Client) error) error {
+// withPool runs fn with a pool on the database, under the command's timeout.
+func (e *env) withPool(ctx context.Context, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	pool, err := e.connect(ctx)
@@ -153,12 +153,19 @@ func (e *env) withClient(ctx context.Context, fn func(ctx context.Context, c *ta
 		return err
 	}
 	defer pool.Close()
-	c, err := taskling.NewClient(pool, &taskling.Config{HostName: hostName(e)})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return classify(fn(ctx, c))
+	return classify(fn(ctx, pool))
+}
+
+// withClient runs fn with a client, under the command's timeout.
+func (e *env) withClient(ctx context.Context, fn func(ctx context.Context, c *taskling.Client) error) error {
+	return e.withPool(ctx, func(ctx context.Context, pool *pgxpool.Pool) error {
+		c, err := taskling.NewClient(pool, &taskling.Config{HostName: hostName(e)})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return fn(ctx, c)
+	})
 }
 
 func hostName(e *env) string {
