@@ -309,7 +309,7 @@ type FieldError struct {
 	Message string
 }
 
-func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+func (e *FieldError) Error() string { return e.Field + " " + e.Message }
 
 // Update validates the request and converts it, or returns a *FieldError.
 func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {

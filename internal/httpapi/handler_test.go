@@ -329,3 +329,43 @@ func TestLimitChangedThroughTheAPIIsObeyedByTheNextStart(t *testing.T) {
 	require.Equal(t, 2, task.SlotsUsed, "a lowered limit never evicts a live holder")
 	require.Equal(t, 1, task.SlotsRetiring)
 }
+
+func TestSlotsShowDeadHoldersAndUnlimitedTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	// In Override mode a holder sends no heartbeat: it is dead once its threshold passes.
+	pool := b.client.Store().Pool()
+	silent, err := taskling.NewClient(pool, &taskling.Config{HostName: "silent-host", Defaults: taskling.TaskSettings{
+		DeathMode: taskling.DeathModeOverride, OverrideThreshold: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(silent.Close)
+	frozen, err := silent.StartExecution(b.ctx, "app", "export", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = frozen.Complete(context.Background()) })
+
+	var detail httpapi.TaskDetail
+	require.Eventually(t, func() bool {
+		b.getJSON(t, "/api/v1/tasks/app/export", &detail)
+		return !detail.Slots[0].Holder.Alive
+	}, 5*time.Second, 50*time.Millisecond, "a holder past its threshold is shown dead")
+	require.Equal(t, 0, detail.SlotsUsed)
+	require.Equal(t, frozen.ID(), detail.Slots[0].Holder.ExecutionID)
+	require.Greater(t, detail.Slots[0].Holder.HeartbeatAgeSeconds, 0.3)
+	require.Equal(t, "silent-host", detail.Slots[0].Holder.Host)
+	var x httpapi.Execution
+	b.getJSON(t, "/api/v1/executions/"+itoa(frozen.ID()), &x)
+	require.Equal(t, "dead", x.Status)
+
+	unlimited := -1
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, "app", "fanout", taskling.SettingsUpdate{ConcurrencyLimit: &unlimited}))
+	b.start(t, "fanout")
+	b.start(t, "fanout")
+	b.getJSON(t, "/api/v1/tasks/app/fanout", &detail)
+	require.Equal(t, -1, detail.SlotsTotal)
+	require.Equal(t, 2, detail.SlotsUsed)
+	require.Len(t, detail.Slots, 2)
+	for _, s := range detail.Slots {
+		require.Equal(t, "unlimited", s.Status)
+		require.True(t, s.Holder.Alive)
+	}
+}
