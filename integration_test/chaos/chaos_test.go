@@ -1,0 +1,806 @@
+// Package chaos runs taskling against real worker processes and a real PostgreSQL while a
+// nemesis kills, pauses and partitions the workers, restarts the server, terminates connections
+// and changes a limit, then judges the run with package checker.
+//
+// TASKLING_CHAOS=long (make chaos) runs the long profile: several minutes, 8 processes × 8
+// goroutines, every fault many times. Otherwise (make test) a short profile of the same runs in
+// well under 90 seconds.
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskling-go/taskling/internal/pgcluster"
+	"github.com/taskling-go/taskling/migrations"
+	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tokens"
+
+	"github.com/taskling-go/taskling/integration_test/checker"
+	"github.com/taskling-go/taskling/integration_test/ledger"
+)
+
+const app = "chaos"
+
+// profile sizes a run.
+type profile struct {
+	name       string
+	procs, g   int
+	duration   time.Duration // nemesis time
+	interval   time.Duration
+	threshold  time.Duration
+	faultGap   time.Duration
+	limitEvery time.Duration
+}
+
+func chosenProfile() profile {
+	p := profile{name: "short", procs: 4, g: 6, duration: 40 * time.Second, interval: 200 * time.Millisecond,
+		threshold: 2 * time.Second, faultGap: 500 * time.Millisecond, limitEvery: 1500 * time.Millisecond}
+	if os.Getenv("TASKLING_CHAOS") == "long" {
+		p.name, p.procs, p.g, p.duration, p.faultGap = "long", 8, 8, 5*time.Minute, time.Second
+	}
+	return p
+}
+
+// Tasks: a singleton (waiters always queue on it), one whose limit the operator flips between 1
+// and 5, and a pool of 3.
+var tasks = []struct {
+	name     string
+	declared int
+}{{"singleton", 1}, {"flex", 3}, {"pool", 3}}
+
+func taskSpec() string {
+	var s []string
+	for _, t := range tasks {
+		s = append(s, fmt.Sprintf("%s=%d", t.name, t.declared))
+	}
+	return strings.Join(s, ",")
+}
+
+// Fault names, as counted in the table.
+const (
+	fKill        = "kill -9"
+	fStopLong    = "SIGSTOP > threshold"
+	fStopShort   = "SIGSTOP < lease"
+	fRestart     = "pg restart (immediate)"
+	fTerminate   = "pg_terminate_backend"
+	fBlackhole   = "proxy blackhole"
+	fLatency     = "proxy latency"
+	fLimitChange = "limit 1↔5"
+)
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test skipped in -short mode")
+	}
+	prof := chosenProfile()
+	began := time.Now()
+	ctx := context.Background()
+	dir := t.TempDir()
+	ledgers := filepath.Join(dir, "ledgers")
+	if err := os.Mkdir(ledgers, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := filepath.Join(dir, "chaosworker")
+	build := exec.Command("go", "build", "-o", bin, "github.com/taskling-go/taskling/integration_test/cmd/chaosworker")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the worker: %v\n%s", err, out)
+	}
+
+	srv := startServer(t, ctx)
+	dbURL := newDatabase(t, ctx, srv.url)
+	pool, err := pgxpool.New(ctx, dbURL+"&application_name=chaos-nemesis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := migrations.Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	nem, err := ledger.Create(filepath.Join(ledgers, "nemesis.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nem.Close()
+	if err := measure(ctx, pool, nem); err != nil {
+		t.Fatal(err)
+	}
+	operator, err := taskling.NewClient(pool, &taskling.Config{HostName: "operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer operator.Close()
+	initial := map[string]int{}
+	for _, tk := range tasks {
+		initial[tk.name] = tk.declared
+	}
+	initial["flex"] = 5
+	if err := operator.UpdateTaskSettings(ctx, app, "flex", taskling.SettingsUpdate{ConcurrencyLimit: ptr(5)}); err != nil {
+		t.Fatal(err)
+	}
+
+	spec := workerSpec{bin: bin, dbURL: dbURL, dir: ledgers, tasks: taskSpec(), g: prof.g, interval: prof.interval, threshold: prof.threshold}
+	pxs := newProxies()
+	r := &run{t: t, prof: prof, spec: spec, srv: srv, pool: pool, nem: nem, operator: operator,
+		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
+	for slot := range prof.procs {
+		px := pxs.add(t, fmt.Sprintf("slot%d", slot), strings.Split(strings.Split(dbURL, "@")[1], "/")[0])
+		r.procs = append(r.procs, startProc(t, spec, slot, 0, px))
+	}
+	defer r.killAll()
+
+	// The nemesis: one fault at a time, and the operator's limit changes alongside.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.limitChanger(stop)
+	}()
+	time.Sleep(2 * time.Second) // let the workers get going
+	r.nemesis(time.Now().Add(prof.duration))
+	close(stop)
+	wg.Wait()
+
+	// Heal, stop the workers cleanly, and sweep.
+	for _, p := range r.procs {
+		removeToxics(p.proxy)
+		if p.alive() {
+			signal(p, syscall.SIGCONT)
+		}
+	}
+	r.stopAll()
+	hist := r.collect(ctx)
+	rep := checker.Check(hist)
+	r.printTable(hist, rep, time.Since(began))
+	for _, v := range rep.Violations {
+		t.Errorf("violation %s", v)
+	}
+	if t.Failed() {
+		t.Logf("ledgers kept in %s", keep(t, ledgers))
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// keep copies the ledgers out of the test's temporary directory for a post-mortem.
+func keep(t *testing.T, dir string) string {
+	dst, err := os.MkdirTemp("", "taskling-chaos-ledgers-")
+	if err != nil {
+		return dir
+	}
+	_ = exec.Command("cp", "-r", dir, dst).Run()
+	return dst
+}
+
+type run struct {
+	t        *testing.T
+	prof     profile
+	spec     workerSpec
+	srv      *server
+	pool     *pgxpool.Pool
+	nem      *ledger.Writer
+	operator *taskling.Client
+
+	mu          sync.Mutex
+	procs       []*proc
+	incarnation int
+	counts      map[string]int
+	kills       map[string]time.Time // host → dead (after wait)
+	killSignal  map[string]time.Time // host → SIGKILL sent
+	outages     []checker.Window
+	pauses      []checker.Window
+	limits      []checker.LimitChange
+	notes       []string
+}
+
+func (r *run) count(fault string) {
+	r.mu.Lock()
+	r.counts[fault]++
+	r.mu.Unlock()
+}
+
+func (r *run) logf(format string, args ...any) {
+	r.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+func (r *run) nemesis(until time.Time) {
+	faults := []func() bool{r.kill, r.stopLong, r.stopShort, r.restart, r.terminate, r.blackhole, r.latency}
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for time.Now().Before(until) {
+		order := rnd.Perm(len(faults))
+		for _, i := range order {
+			if !time.Now().Before(until) {
+				return
+			}
+			faults[i]()
+			time.Sleep(r.prof.faultGap)
+		}
+	}
+}
+
+// holderProc picks a live process that holds a slot of task right now, else any live process.
+func (r *run) holderProc(task string) *proc {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := r.pool.Query(ctx, `
+SELECT e.host_name FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+WHERE d.application_name = $1 AND d.task_name = $2 AND e.token_id IS NOT NULL
+  AND e.completed_at IS NULL AND e.reclaimed_at IS NULL
+ORDER BY e.id DESC`, app, task)
+	hosts := map[string]bool{}
+	if err == nil {
+		for rows.Next() {
+			var h string
+			if rows.Scan(&h) == nil {
+				hosts[h] = true
+			}
+		}
+		rows.Close()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var live []*proc
+	for _, p := range r.procs {
+		if p.alive() {
+			if hosts[p.host] {
+				return p
+			}
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return live[rand.IntN(len(live))]
+}
+
+func (r *run) replace(p *proc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.incarnation++
+	np := startProc(r.t, r.spec, p.slot, r.incarnation, p.proxy)
+	for i := range r.procs {
+		if r.procs[i] == p {
+			r.procs[i] = np
+		}
+	}
+}
+
+func (r *run) fault(name, host string, start, end time.Time, note string) {
+	_ = r.nem.Write(ledger.Event{Kind: ledger.KindFault, Fault: name, Host: host, At: start, End: end, Note: note})
+	r.count(name)
+	r.logf("fault %s %s %s", name, host, note)
+}
+
+// kill: kill -9 of a process holding the singleton's slot; a new process takes its place.
+func (r *run) kill() bool {
+	p := r.holderProc("singleton")
+	if p == nil {
+		return false
+	}
+	signal(p, syscall.SIGKILL)
+	sent := r.nem.Now()
+	<-p.done
+	dead := r.nem.Now()
+	r.mu.Lock()
+	r.kills[p.host], r.killSignal[p.host] = dead, sent
+	r.mu.Unlock()
+	r.replace(p)
+	// Wait for a waiter to take the slot before the next fault, so that the reclaim latency is
+	// measured without another fault in the way.
+	reclaimed := r.waitReclaimed(p.host, sent)
+	r.fault(fKill, p.host, sent, dead, fmt.Sprintf("slot reclaimed: %v", reclaimed))
+	return true
+}
+
+// stopLong: SIGSTOP a holder of the singleton until a waiter has been granted its slot, then
+// SIGCONT.
+func (r *run) stopLong() bool {
+	p := r.holderProc("singleton")
+	if p == nil {
+		return false
+	}
+	start := r.pause(p)
+	// If it held nothing of the singleton by the time it stopped, this is still a long pause.
+	reclaimed := r.waitReclaimed(p.host, start)
+	time.Sleep(100 * time.Millisecond)
+	end := r.nem.Now()
+	signal(p, syscall.SIGCONT)
+	r.mu.Lock()
+	r.outages = append(r.outages, checker.Window{Host: p.host, Start: start, End: end, Fault: fStopLong})
+	r.mu.Unlock()
+	r.fault(fStopLong, p.host, start, end, fmt.Sprintf("slot reclaimed while stopped: %v", reclaimed))
+	return true
+}
+
+// pause SIGSTOPs p and returns once the kernel shows it stopped.
+func (r *run) pause(p *proc) time.Time {
+	signal(p, syscall.SIGSTOP)
+	waitStopped(p.pid())
+	return r.nem.Now()
+}
+
+// waitReclaimed waits up to the threshold plus 3s for an execution of host to be reclaimed
+// after since, and reports whether one was.
+func (r *run) waitReclaimed(host string, since time.Time) bool {
+	deadline := time.Now().Add(r.prof.threshold + 3*time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		var ok bool
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution WHERE host_name = $1 AND reclaimed_at > $2)`, host, since).Scan(&ok)
+		cancel()
+		if err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// stopShort: SIGSTOP a holder for a third of its lease: nothing may happen to its holders.
+func (r *run) stopShort() bool {
+	p := r.holderProc("singleton")
+	if p == nil {
+		return false
+	}
+	start := r.pause(p)
+	time.Sleep(r.leaseTTL() / 3)
+	end := r.nem.Now()
+	signal(p, syscall.SIGCONT)
+	r.mu.Lock()
+	r.pauses = append(r.pauses, checker.Window{Host: p.host, Start: start, End: end, Fault: fStopShort})
+	r.mu.Unlock()
+	r.fault(fStopShort, p.host, start, end, "")
+	return true
+}
+
+func (r *run) leaseTTL() time.Duration {
+	return r.prof.threshold - r.prof.threshold*taskling.DefaultSafetyMarginPercent/100
+}
+
+// restart: pg_ctl stop -m immediate, then start, under load. Every other restart keeps the
+// server down for longer than the threshold: every holder must then cancel itself.
+func (r *run) restart() bool {
+	if r.srv.cluster == nil {
+		r.mu.Lock()
+		if len(r.notes) == 0 {
+			r.notes = append(r.notes, "pg restart skipped: "+r.srv.why)
+		}
+		r.mu.Unlock()
+		return false
+	}
+	r.mu.Lock()
+	long := r.counts[fRestart]%2 == 1
+	r.mu.Unlock()
+	down := 200 * time.Millisecond
+	if long {
+		down = r.prof.threshold + 500*time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := r.srv.cluster.StopMode(ctx, pgcluster.StopImmediate); err != nil {
+		r.t.Errorf("pg stop -m immediate: %v", err)
+		return false
+	}
+	start := r.nem.Now() // the server is down from here
+	time.Sleep(down)
+	if err := r.srv.cluster.Start(ctx); err != nil {
+		r.t.Fatalf("pg start: %v", err)
+	}
+	end := r.nem.Now()
+	if long {
+		r.mu.Lock()
+		r.outages = append(r.outages, checker.Window{Start: start, End: end, Fault: fRestart})
+		r.mu.Unlock()
+	}
+	r.fault(fRestart, "", start, end, "down "+end.Sub(start).Round(time.Millisecond).String())
+	return true
+}
+
+// terminate: pg_terminate_backend of the workers' connections, three times in a row; the ones
+// inside a transaction (mid-acquire or mid-release) always, the idle ones by coin flip.
+func (r *run) terminate() bool {
+	start := r.nem.Now()
+	total := 0
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		var n int
+		err := r.pool.QueryRow(ctx, `
+SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE application_name = 'chaos-worker' AND datname = current_database()
+  AND (xact_start IS NOT NULL OR random() < 0.5)`).Scan(&n)
+		cancel()
+		if err == nil {
+			total += n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.fault(fTerminate, "", start, r.nem.Now(), fmt.Sprintf("%d backends", total))
+	return true
+}
+
+// blackhole: cut a holder of the singleton off from the database (every byte dropped both ways)
+// for longer than the threshold.
+func (r *run) blackhole() bool {
+	p := r.holderProc("singleton")
+	if p == nil {
+		return false
+	}
+	if err := addToxic(p.proxy, "bh_up", "timeout", "upstream", `{"timeout":0}`); err != nil {
+		r.t.Errorf("toxic: %v", err)
+		return false
+	}
+	if err := addToxic(p.proxy, "bh_down", "timeout", "downstream", `{"timeout":0}`); err != nil {
+		r.t.Errorf("toxic: %v", err)
+	}
+	start := r.nem.Now()
+	time.Sleep(r.prof.threshold + 500*time.Millisecond)
+	end := r.nem.Now()
+	removeToxics(p.proxy)
+	r.mu.Lock()
+	r.outages = append(r.outages, checker.Window{Host: p.host, Start: start, End: end, Fault: fBlackhole})
+	r.mu.Unlock()
+	r.fault(fBlackhole, p.host, start, end, "")
+	return true
+}
+
+// latency: half the processes get latency near the safety margin (±100 ms) on every response.
+func (r *run) latency() bool {
+	margin := r.prof.threshold * taskling.DefaultSafetyMarginPercent / 100
+	lat := margin - 100*time.Millisecond
+	if rand.IntN(2) == 0 {
+		lat = margin + 100*time.Millisecond
+	}
+	r.mu.Lock()
+	procs := slices.Clone(r.procs)
+	r.mu.Unlock()
+	rand.Shuffle(len(procs), func(i, j int) { procs[i], procs[j] = procs[j], procs[i] })
+	procs = procs[:max(1, len(procs)/2)]
+	start := r.nem.Now()
+	for _, p := range procs {
+		if err := addToxic(p.proxy, "lat", "latency", "downstream", fmt.Sprintf(`{"latency":%d,"jitter":20}`, lat.Milliseconds())); err != nil {
+			r.t.Errorf("toxic: %v", err)
+		}
+	}
+	time.Sleep(3 * time.Second)
+	for _, p := range procs {
+		removeToxics(p.proxy)
+	}
+	r.fault(fLatency, fmt.Sprintf("%d procs", len(procs)), start, r.nem.Now(), lat.String())
+	return true
+}
+
+// limitChanger flips flex's limit between 1 and 5 with an operator override until stop closes.
+func (r *run) limitChanger(stop <-chan struct{}) {
+	limit := 5
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(r.prof.limitEvery/2 + rand.N(r.prof.limitEvery)):
+		}
+		limit = 6 - limit
+		start := r.nem.Now()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := r.operator.UpdateTaskSettings(ctx, app, "flex", taskling.SettingsUpdate{ConcurrencyLimit: &limit})
+			cancel()
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		end := r.nem.Now()
+		r.mu.Lock()
+		r.limits = append(r.limits, checker.LimitChange{Task: "flex", Start: start, End: end, Limit: limit})
+		r.mu.Unlock()
+		_ = r.nem.Write(ledger.Event{Kind: ledger.KindLimit, Task: "flex", At: start, End: end, Limit: limit})
+		r.count(fLimitChange)
+	}
+}
+
+// stopAll stops every worker with SIGTERM (holders finish and complete) and waits.
+func (r *run) stopAll() {
+	r.mu.Lock()
+	procs := slices.Clone(r.procs)
+	r.mu.Unlock()
+	for _, p := range procs {
+		if p.alive() {
+			signal(p, syscall.SIGTERM)
+		}
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+			if p.err != nil {
+				r.t.Errorf("worker %s: %v\n%s", p.host, p.err, p.stderr.String())
+			}
+		case <-time.After(60 * time.Second):
+			r.t.Errorf("worker %s did not stop within 60s; killed\n%s", p.host, p.stderr.String())
+			signal(p, syscall.SIGKILL)
+			<-p.done
+			r.mu.Lock()
+			r.kills[p.host] = r.nem.Now()
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *run) killAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		if p.alive() {
+			signal(p, syscall.SIGCONT)
+			signal(p, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+}
+
+// collect reads the task rows, sweeps every slot, and reads the database's and the ledgers' history.
+func (r *run) collect(ctx context.Context) checker.History {
+	t := r.t
+	h := checker.History{
+		InitialLimit: map[string]int{},
+		Kills:        r.kills,
+		Limits:       r.limits,
+		Outages:      r.outages,
+		ShortPauses:  r.pauses,
+		LeaseTTL:     r.leaseTTL(),
+		Grace:        2 * r.prof.interval,
+	}
+	for _, tk := range tasks {
+		h.InitialLimit[tk.name] = tk.declared
+	}
+	h.InitialLimit["flex"] = 5
+	h.Before = r.taskStates(ctx)
+
+	// The sweep: once every dead holder is past its threshold, take every slot of every task
+	// (a leaked slot makes this fail), then return them.
+	time.Sleep(r.prof.threshold + 300*time.Millisecond)
+	sw, err := ledger.Create(filepath.Join(r.spec.dir, "sweeper.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	if err := measure(ctx, r.pool, sw); err != nil {
+		t.Fatal(err)
+	}
+	sweeper, err := taskling.NewClient(r.pool, &taskling.Config{HostName: "sweeper",
+		Defaults: taskling.TaskSettings{KeepAliveInterval: r.prof.interval, KeepAliveDeathThreshold: r.prof.threshold},
+		Settings: taskling.SettingsFunc(func(_ context.Context, _, task string) (taskling.TaskSettings, error) {
+			for _, tk := range tasks {
+				if tk.name == task {
+					return taskling.TaskSettings{ConcurrencyLimit: tk.declared}, nil
+				}
+			}
+			return taskling.TaskSettings{}, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sweeper.Close()
+	for _, tk := range tasks {
+		limit := checker.LimitFor(h.InitialLimit[tk.name], r.limitsOf(tk.name), time.Now().Add(time.Hour))
+		var held []*taskling.Execution
+		for range limit {
+			sctx, cancel := context.WithTimeout(ctx, 2*r.prof.threshold)
+			e, err := sweeper.StartExecution(sctx, app, tk.name, &taskling.StartOptions{WaitForSlot: true})
+			returned := time.Now()
+			cancel()
+			if err != nil {
+				t.Errorf("(c) the sweep could not take slot %d of %d of %s: %v (a leaked slot)", len(held)+1, limit, tk.name, err)
+				break
+			}
+			_ = sw.Write(ledger.Event{Kind: ledger.KindGrant, Host: "sweeper", At: sw.DBTime(returned), Exec: e.ID(), Task: tk.name, Fence: e.FencingToken(), GrantedAt: e.StartedAt()})
+			held = append(held, e)
+		}
+		for _, e := range held {
+			_ = sw.Write(ledger.Event{Kind: ledger.KindStop, Host: "sweeper", At: sw.Now(), Exec: e.ID(), Task: tk.name, Reason: ledger.ReasonCompleted})
+			res := ledger.ResultOK
+			if err := e.Complete(ctx); err != nil {
+				res = ledger.ResultError
+				t.Errorf("sweep: complete: %v", err)
+			}
+			_ = sw.Write(ledger.Event{Kind: ledger.KindComplete, Host: "sweeper", At: sw.Now(), Exec: e.ID(), Task: tk.name, Result: res})
+		}
+	}
+	h.After = r.taskStates(ctx)
+
+	rows, err := r.pool.Query(ctx, `
+SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at, e.completed_at, e.reclaimed_at,
+       e.last_keep_alive, e.keep_alive_death_threshold
+FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var g checker.Grant
+		var completed, reclaimed *time.Time
+		if err := rows.Scan(&g.Exec, &g.Task, &g.Host, &g.Fence, &g.GrantedAt, &completed, &reclaimed, &g.LastKeepAlive, &g.Threshold); err != nil {
+			t.Fatal(err)
+		}
+		if completed != nil {
+			g.CompletedAt = *completed
+		}
+		if reclaimed != nil {
+			g.ReclaimedAt = *reclaimed
+		}
+		h.Grants = append(h.Grants, g)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	evs, err := ledger.ReadDir(r.spec.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := map[int64]*checker.Hold{}
+	var order []int64
+	for _, e := range evs {
+		switch e.Kind {
+		case ledger.KindGrant:
+			if _, dup := holds[e.Exec]; dup {
+				t.Errorf("ledger: exec %d granted twice", e.Exec)
+				continue
+			}
+			holds[e.Exec] = &checker.Hold{Exec: e.Exec, Task: e.Task, Host: e.Host, Fence: e.Fence, ReturnedAt: e.At}
+			order = append(order, e.Exec)
+		case ledger.KindStop:
+			if hd := holds[e.Exec]; hd != nil {
+				hd.StopAt, hd.Reason, hd.Observed = e.At, e.Reason, e.Observed
+			}
+		case ledger.KindComplete:
+			if hd := holds[e.Exec]; hd != nil {
+				hd.Result = e.Result
+			}
+		case ledger.KindStart:
+			if e.OffsetError > 5*time.Millisecond {
+				r.notes = append(r.notes, fmt.Sprintf("%s: DB clock offset %s ± %s", e.Host, e.Offset, e.OffsetError))
+			}
+		}
+	}
+	for _, id := range order {
+		h.Holds = append(h.Holds, *holds[id])
+	}
+	return h
+}
+
+func (r *run) limitsOf(task string) []checker.LimitChange {
+	var cs []checker.LimitChange
+	for _, c := range r.limits {
+		if c.Task == task {
+			cs = append(cs, c)
+		}
+	}
+	return cs
+}
+
+func (r *run) taskStates(ctx context.Context) map[string]checker.TaskState {
+	t := r.t
+	out := map[string]checker.TaskState{}
+	rows, err := r.pool.Query(ctx, `
+SELECT d.task_name, d.tokens, d.fence,
+       coalesce((SELECT array_agg(e.id) FROM taskling.task_execution e
+                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND e.completed_at IS NULL AND e.reclaimed_at IS NULL), '{}')
+FROM taskling.task_definition d WHERE d.application_name = $1`, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, text string
+		var st checker.TaskState
+		if err := rows.Scan(&name, &text, &st.Fence, &st.Open); err != nil {
+			t.Fatal(err)
+		}
+		if st.Tokens, err = tokens.Parse(text); err != nil {
+			t.Errorf("(d) task %s: stored token list: %v", name, err)
+		}
+		out[name] = st
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// printTable prints the run's figures.
+func (r *run) printTable(h checker.History, rep checker.Report, took time.Duration) {
+	ctx := context.Background()
+	var denials int
+	_ = r.pool.QueryRow(ctx, `SELECT count(*) FROM taskling.task_execution WHERE blocked`).Scan(&denials)
+
+	// Reclaim latency after kill -9: from the SIGKILL to the reclaim of the killed process's
+	// singleton slot by a waiter.
+	var lat []time.Duration
+	for _, g := range h.Grants {
+		// Only holders alive at the kill: not already cut off by an earlier fault.
+		sent, ok := r.killSignal[g.Host]
+		if ok && g.Task == "singleton" && g.ReclaimedAt.After(sent) && g.GrantedAt.Before(sent) && sent.Sub(g.LastKeepAlive) < r.prof.threshold {
+			lat = append(lat, g.ReclaimedAt.Sub(sent))
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	// Holders reclaimed after a long SIGSTOP or a partition: gap between their last work and the
+	// reclaim (the safety margin seen), and how long after the reclaim they observed the loss.
+	minGap := time.Duration(-1)
+	reclaimedHolders := 0
+	grants := map[int64]checker.Grant{}
+	for _, g := range h.Grants {
+		grants[g.Exec] = g
+	}
+	for _, hd := range h.Holds {
+		g := grants[hd.Exec]
+		if g.ReclaimedAt.IsZero() || hd.StopAt.IsZero() {
+			continue
+		}
+		reclaimedHolders++
+		if gap := g.ReclaimedAt.Sub(hd.StopAt); minGap < 0 || gap < minGap {
+			minGap = gap
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nchaos run (%s profile): %d processes × %d goroutines, %s of faults, %s in all, threshold %s, heartbeat %s, lease %s\n",
+		r.prof.name, r.prof.procs, r.prof.g, r.prof.duration, took.Round(time.Second), r.prof.threshold, r.prof.interval, r.leaseTTL())
+	fmt.Fprintf(&b, "  %-34s %d\n", "grants", len(h.Grants))
+	for _, tk := range tasks {
+		fmt.Fprintf(&b, "  %-34s %d (max %d at once)\n", "  "+tk.name, r.grantsOf(h, tk.name), rep.MaxHolders[tk.name])
+	}
+	fmt.Fprintf(&b, "  %-34s %d\n", "denials (recorded)", denials)
+	unrec := 0
+	for _, n := range rep.Unrecorded {
+		unrec += n
+	}
+	fmt.Fprintf(&b, "  %-34s %d\n", "grants with no holder (ghosts)", unrec)
+	for _, f := range []string{fKill, fStopLong, fStopShort, fRestart, fTerminate, fBlackhole, fLatency, fLimitChange} {
+		fmt.Fprintf(&b, "  %-34s %d\n", f, r.counts[f])
+	}
+	fmt.Fprintf(&b, "  %-34s %d\n", "holders reclaimed", reclaimedHolders)
+	if len(lat) > 0 {
+		goal := r.prof.threshold + 250*time.Millisecond
+		p99 := lat[min(len(lat)-1, len(lat)*99/100)]
+		fmt.Fprintf(&b, "  %-34s p50 %s, p99 %s, max %s (n=%d; goal ≤ %s: %v)\n", "reclaim latency after kill -9",
+			lat[len(lat)/2].Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), goal, p99 <= goal)
+	}
+	if minGap >= 0 {
+		fmt.Fprintf(&b, "  %-34s %s\n", "min gap: last work → reclaim", minGap.Round(time.Millisecond))
+	}
+	fmt.Fprintf(&b, "  %-34s %d\n", "violations", len(rep.Violations))
+	for _, n := range r.notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	r.t.Log(b.String())
+	fmt.Println(b.String())
+}
+
+func (r *run) grantsOf(h checker.History, task string) int {
+	n := 0
+	for _, g := range h.Grants {
+		if g.Task == task {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = toxiproxy.NewProxy

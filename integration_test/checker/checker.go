@@ -1,0 +1,392 @@
+// Package checker judges a chaos run: it reads what the database recorded (every grant, with
+// its fence, start, completion and reclaim times on the DB clock, and each task's token list)
+// and what the workers recorded in their ledgers (when each holder started and stopped working,
+// and why), and reports every way in which the two break taskling's promises.
+//
+// # The contract checked
+//
+// A holder is an execution returned by StartExecution. It holds its slot from its grant (the
+// execution's started_at, written inside the acquire transaction under the task row's lock, so
+// no later than StartExecution's return) until it stops working: the instant it calls Complete,
+// or the last instant at which it observed Execution.Context() not cancelled (workers check
+// ctx.Err() before every unit of work), or the instant its process was killed. The checks:
+//
+//	(a) overlap: at no instant do more holders of a task hold than the limit in force (rule below);
+//	(b) fencing: ordered by grant time, a task's fences strictly increase, and every holder saw
+//	    the fence the database recorded;
+//	(c) no leak: every grant ends released (completed) or reclaimed, a reclaimed execution was
+//	    dead by the database's rule when it was reclaimed (DB clock − last heartbeat > threshold),
+//	    a Complete that succeeded was not of a reclaimed execution, and every holder ended;
+//	(d) tokens: the task row's token list names exactly the executions that neither completed nor
+//	    were reclaimed; after the final sweep every token is available and there are as many as
+//	    the limit; the row's fence equals the number of grants;
+//	(e) reclaim: a holder whose execution was reclaimed had stopped working before the reclaim,
+//	    and its Complete failed the identity check (ErrLeaseLost);
+//	(f) self-cancellation: a holder cut off from the database for longer than its lease (a long
+//	    SIGSTOP, a partition) stopped working within its lease (threshold − safety margin) of the
+//	    cut; a holder paused for less than its lease minus one heartbeat interval was neither
+//	    cancelled nor reclaimed for it.
+//
+// # The limit in force
+//
+// An operator override is recorded with a window [Start, End] on the DB clock that contains its
+// commit (Start is read before the UPDATE is sent, End after it returned). The override takes the
+// task row's lock, as every acquire transaction does, so a grant whose started_at is before Start
+// saw the old limit, one after End the new limit, and one inside the window either: it is allowed
+// the larger of the two. Lowering a limit never evicts a live holder (its token retires), so the
+// bound at an instant t is the limit seen by the latest grant among the holders at t: all of them
+// held already when that grant was made, and the grant was made only if they fit. Counting rises
+// only at grants, so checking each grant against the limit it saw checks every instant.
+package checker
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/taskling-go/taskling/tokens"
+
+	"github.com/taskling-go/taskling/integration_test/ledger"
+)
+
+// Grant is an execution the database granted a slot (task_execution with a token), at the end
+// of the run.
+type Grant struct {
+	Exec          int64
+	Task          string
+	Host          string
+	Fence         int64
+	GrantedAt     time.Time // started_at
+	CompletedAt   time.Time // zero if not completed
+	ReclaimedAt   time.Time // zero if not reclaimed
+	LastKeepAlive time.Time
+	Threshold     time.Duration
+}
+
+// Hold is what a worker's ledger says about one of its grants.
+type Hold struct {
+	Exec       int64
+	Task       string
+	Host       string
+	Fence      int64
+	ReturnedAt time.Time // StartExecution returned
+	StopAt     time.Time // zero: no stop recorded (the process was killed)
+	Reason     string
+	Observed   time.Time // when a lease loss was observed
+	Result     string    // Complete's result; "" if none recorded
+}
+
+// LimitChange is an operator override of a task's limit, committed within [Start, End].
+type LimitChange struct {
+	Task       string
+	Start, End time.Time
+	Limit      int
+}
+
+// Window is a fault that cut Host ("" = every host) off from the database during [Start, End].
+type Window struct {
+	Host       string
+	Start, End time.Time
+	Fault      string
+}
+
+// TaskState is a task row read from the database.
+type TaskState struct {
+	Tokens tokens.List
+	Fence  int64
+	// Open are the executions that had neither completed nor been reclaimed when the row was read.
+	Open []int64
+}
+
+// History is everything a run recorded.
+type History struct {
+	// Tasks, with the limit in force when the run began.
+	InitialLimit map[string]int
+	Grants       []Grant
+	Holds        []Hold
+	Kills        map[string]time.Time // host → when it was killed (kill -9)
+	Limits       []LimitChange
+	// Before is each task's row after the workers stopped and before the final sweep; After is
+	// after the sweep. The sweep acquired every slot of every task and completed them.
+	Before, After map[string]TaskState
+	// Outages cut a host off from the database (Start: once the fault is in effect). Of those at
+	// least LeaseTTL long, a holder of that host must stop by Start+LeaseTTL: its last heartbeat
+	// was sent before Start.
+	Outages  []Window
+	LeaseTTL time.Duration // death threshold minus safety margin
+	// ShortPauses paused a host for less than its lease minus a heartbeat interval: no holder
+	// may be cancelled or reclaimed for it. A cancellation observed later than End+Grace is not
+	// blamed on the pause.
+	ShortPauses []Window
+	Grace       time.Duration
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Check string // "a" … "f", as in the package documentation
+	Task  string
+	Exec  int64
+	Msg   string
+}
+
+func (v Violation) String() string {
+	if v.Exec != 0 {
+		return fmt.Sprintf("(%s) %s exec %d: %s", v.Check, v.Task, v.Exec, v.Msg)
+	}
+	return fmt.Sprintf("(%s) %s: %s", v.Check, v.Task, v.Msg)
+}
+
+// Report is the checker's verdict and some figures.
+type Report struct {
+	Violations []Violation
+	// MaxHolders is the most holders of each task seen at once.
+	MaxHolders map[string]int
+	// Holders counted per task (ledger holds matched to grants); Unrecorded grants have no ledger
+	// hold (the acquire committed but its caller saw an error, or the process died before
+	// recording): they are not holders, but must still end (c).
+	Holders, Unrecorded map[string]int
+}
+
+func (r *Report) add(check, task string, exec int64, format string, args ...any) {
+	r.Violations = append(r.Violations, Violation{Check: check, Task: task, Exec: exec, Msg: fmt.Sprintf(format, args...)})
+}
+
+// Check runs every check on h.
+func Check(h History) Report {
+	r := Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}}
+	grants := make(map[int64]*Grant, len(h.Grants))
+	for i := range h.Grants {
+		g := &h.Grants[i]
+		if _, dup := grants[g.Exec]; dup {
+			r.add("b", g.Task, g.Exec, "execution granted twice in the database history")
+		}
+		grants[g.Exec] = g
+	}
+	holds := make(map[int64]*Hold, len(h.Holds))
+	for i := range h.Holds {
+		hd := &h.Holds[i]
+		if _, dup := holds[hd.Exec]; dup {
+			r.add("b", hd.Task, hd.Exec, "two ledger holds of one execution")
+			continue
+		}
+		holds[hd.Exec] = hd
+	}
+
+	type interval struct {
+		exec       int64
+		start, end time.Time
+	}
+	byTask := map[string][]interval{}
+	for _, hd := range h.Holds {
+		g, ok := grants[hd.Exec]
+		if !ok {
+			r.add("c", hd.Task, hd.Exec, "the ledger holds a slot the database never granted")
+			continue
+		}
+		if g.Task != hd.Task {
+			r.add("b", hd.Task, hd.Exec, "ledger task %q, database task %q", hd.Task, g.Task)
+		}
+		if hd.Fence != g.Fence {
+			r.add("b", hd.Task, hd.Exec, "holder saw fence %d, database recorded %d", hd.Fence, g.Fence)
+		}
+		end, ok := holdEnd(&hd, h.Kills)
+		if !ok {
+			r.add("c", hd.Task, hd.Exec, "holder on %s never stopped and its process was not killed", hd.Host)
+			continue
+		}
+		if end.Before(g.GrantedAt) {
+			r.add("a", hd.Task, hd.Exec, "holder stopped (%s) before its grant (%s)", ts(end), ts(g.GrantedAt))
+		}
+		if !g.ReclaimedAt.IsZero() {
+			if !end.Before(g.ReclaimedAt) {
+				r.add("e", hd.Task, hd.Exec, "holder on %s worked until %s, after its slot was reclaimed at %s", hd.Host, ts(end), ts(g.ReclaimedAt))
+			}
+			if hd.Result == ledger.ResultOK {
+				r.add("e", hd.Task, hd.Exec, "Complete succeeded although the execution had been reclaimed at %s", ts(g.ReclaimedAt))
+			}
+		}
+		if hd.Result == ledger.ResultOK && g.CompletedAt.IsZero() {
+			r.add("c", hd.Task, hd.Exec, "Complete succeeded but the database has no completion")
+		}
+		r.Holders[hd.Task]++
+		byTask[hd.Task] = append(byTask[hd.Task], interval{exec: hd.Exec, start: g.GrantedAt, end: end})
+	}
+
+	// (a) Overlap: sweep each task's intervals; ends sort before starts at the same instant.
+	changes := map[string][]LimitChange{}
+	for _, c := range h.Limits {
+		changes[c.Task] = append(changes[c.Task], c)
+	}
+	for task, ivs := range byTask {
+		type ev struct {
+			at    time.Time
+			start bool
+			exec  int64
+		}
+		evs := make([]ev, 0, 2*len(ivs))
+		for _, iv := range ivs {
+			evs = append(evs, ev{iv.start, true, iv.exec}, ev{iv.end, false, iv.exec})
+		}
+		sort.Slice(evs, func(i, j int) bool {
+			if !evs[i].at.Equal(evs[j].at) {
+				return evs[i].at.Before(evs[j].at)
+			}
+			return !evs[i].start && evs[j].start
+		})
+		initial, ok := h.InitialLimit[task]
+		if !ok {
+			r.add("a", task, 0, "no initial limit known for the task")
+			continue
+		}
+		cs := changes[task]
+		sort.Slice(cs, func(i, j int) bool { return cs[i].Start.Before(cs[j].Start) })
+		active := map[int64]bool{}
+		for _, e := range evs {
+			if !e.start {
+				delete(active, e.exec)
+				continue
+			}
+			active[e.exec] = true
+			n := len(active)
+			r.MaxHolders[task] = max(r.MaxHolders[task], n)
+			if allowed := LimitFor(initial, cs, e.at); allowed >= 0 && n > allowed {
+				others := make([]int64, 0, n)
+				for id := range active {
+					others = append(others, id)
+				}
+				slices.Sort(others)
+				r.add("a", task, e.exec, "%d holders at %s, limit in force %d: %v", n, ts(e.at), allowed, others)
+			}
+		}
+	}
+
+	// (b) Fences strictly increase in grant order.
+	perTask := map[string][]*Grant{}
+	for _, g := range grants {
+		perTask[g.Task] = append(perTask[g.Task], g)
+	}
+	for task, gs := range perTask {
+		sort.Slice(gs, func(i, j int) bool { return gs[i].GrantedAt.Before(gs[j].GrantedAt) })
+		for i := 1; i < len(gs); i++ {
+			if gs[i].Fence <= gs[i-1].Fence {
+				r.add("b", task, gs[i].Exec, "fence %d granted at %s after fence %d (exec %d) granted at %s",
+					gs[i].Fence, ts(gs[i].GrantedAt), gs[i-1].Fence, gs[i-1].Exec, ts(gs[i-1].GrantedAt))
+			}
+		}
+		if st, ok := h.After[task]; ok {
+			if n := int64(len(gs)); st.Fence != n {
+				r.add("d", task, 0, "task row fence is %d but the database recorded %d grants", st.Fence, n)
+			}
+			if last := gs[len(gs)-1].Fence; st.Fence != last {
+				r.add("d", task, 0, "task row fence is %d but the last grant has fence %d", st.Fence, last)
+			}
+		}
+	}
+
+	// (c) Every grant ends, and a reclaim took a dead holder's slot.
+	for _, g := range h.Grants {
+		if _, ok := holds[g.Exec]; !ok {
+			r.Unrecorded[g.Task]++
+		}
+		if g.CompletedAt.IsZero() && g.ReclaimedAt.IsZero() {
+			r.add("c", g.Task, g.Exec, "grant on %s neither completed nor reclaimed: a leaked slot", g.Host)
+		}
+		if !g.ReclaimedAt.IsZero() {
+			if silent := g.ReclaimedAt.Sub(g.LastKeepAlive); silent <= g.Threshold {
+				r.add("c", g.Task, g.Exec, "reclaimed %s after its last heartbeat, within its threshold %s", silent, g.Threshold)
+			}
+		}
+	}
+
+	// (d) The token lists agree with the grants.
+	for task, st := range h.Before {
+		got := st.Tokens.Grantees()
+		slices.Sort(got)
+		want := slices.Clone(st.Open)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			r.add("d", task, 0, "before the sweep the token list holds %v but the open executions are %v", got, want)
+		}
+	}
+	for task, st := range h.After {
+		if g := st.Tokens.Grantees(); len(g) > 0 {
+			r.add("d", task, 0, "after the sweep tokens are still held by %v", g)
+		}
+		if len(st.Open) > 0 {
+			r.add("d", task, 0, "after the sweep executions are still open: %v", st.Open)
+		}
+		final := LimitFor(h.InitialLimit[task], changes[task], time.Now().Add(24*time.Hour))
+		if n := len(st.Tokens.Tokens); n != final {
+			r.add("d", task, 0, "after the sweep the task has %d tokens, limit %d", n, final)
+		}
+	}
+
+	// (f) Outages and short pauses.
+	for _, w := range h.Outages {
+		if w.End.Sub(w.Start) < h.LeaseTTL {
+			continue
+		}
+		for _, hd := range h.Holds {
+			g, ok := grants[hd.Exec]
+			if !ok || (w.Host != "" && hd.Host != w.Host) || !g.GrantedAt.Before(w.Start) || hd.StopAt.IsZero() || !hd.StopAt.After(w.Start) {
+				continue // another host's, granted later, killed, or stopped before the outage
+			}
+			if deadline := w.Start.Add(h.LeaseTTL); hd.StopAt.After(deadline) {
+				r.add("f", hd.Task, hd.Exec, "cut off by a %s of %s from %s, it worked until %s (%q), past its lease (at the latest %s)",
+					w.Fault, w.End.Sub(w.Start).Round(time.Millisecond), ts(w.Start), ts(hd.StopAt), hd.Reason, ts(deadline))
+			}
+		}
+	}
+	for _, w := range h.ShortPauses {
+		for _, hd := range h.Holds {
+			g, ok := grants[hd.Exec]
+			if !ok || hd.Host != w.Host || !g.GrantedAt.Before(w.Start) {
+				continue
+			}
+			end, ok := holdEnd(&hd, h.Kills)
+			if !ok || !end.After(w.Start) {
+				continue
+			}
+			if !g.ReclaimedAt.IsZero() && g.ReclaimedAt.Before(w.End.Add(h.Grace)) {
+				r.add("f", hd.Task, hd.Exec, "reclaimed at %s after a short pause %s–%s", ts(g.ReclaimedAt), ts(w.Start), ts(w.End))
+			}
+			if hd.Reason == ledger.ReasonLeaseLost && hd.Observed.Before(w.End.Add(h.Grace)) {
+				r.add("f", hd.Task, hd.Exec, "lease lost at %s after a short pause %s–%s", ts(hd.Observed), ts(w.Start), ts(w.End))
+			}
+		}
+	}
+	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Check < r.Violations[j].Check })
+	return r
+}
+
+// holdEnd is when a holder stopped holding: its recorded stop, else its process's kill.
+func holdEnd(hd *Hold, kills map[string]time.Time) (time.Time, bool) {
+	if !hd.StopAt.IsZero() {
+		return hd.StopAt, true
+	}
+	k, ok := kills[hd.Host]
+	return k, ok
+}
+
+// LimitFor is the limit a grant made at t may have seen, given the task's initial limit and its
+// overrides sorted by Start: inside an override's window, the larger of the limits before and
+// after it. A limit of -1 (unlimited) returns -1.
+func LimitFor(initial int, changes []LimitChange, t time.Time) int {
+	cur := initial
+	for _, c := range changes {
+		if t.Before(c.Start) {
+			break
+		}
+		if !t.After(c.End) {
+			if cur == -1 || c.Limit == -1 {
+				return -1
+			}
+			return max(cur, c.Limit)
+		}
+		cur = c.Limit
+	}
+	return cur
+}
+
+func ts(t time.Time) string { return t.UTC().Format("15:04:05.000000") }

@@ -1,0 +1,255 @@
+// Command chaosworker is one worker process of the chaos tests: G goroutines loop over
+// StartExecution (some with WaitForSlot) on the tasks it is given, hold the slot for a random
+// short time while checking Execution.Context() before every unit of work, and Complete. Every
+// grant, stop and completion is appended to the process's ledger file (package ledger) before
+// the worker acts on it. SIGTERM stops it cleanly: holders finish, the client closes, and an
+// exit event is written.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/taskling"
+
+	"github.com/taskling-go/taskling/integration_test/ledger"
+)
+
+// ApplicationName marks the workers' connections, so the nemesis terminates only those.
+const ApplicationName = "chaos-worker"
+
+func main() {
+	var (
+		dbURL      = flag.String("db", "", "database URL (through the fault proxy)")
+		ledgerPath = flag.String("ledger", "", "ledger file")
+		host       = flag.String("host", "", "host name recorded on executions (unique per process)")
+		app        = flag.String("app", "chaos", "application name")
+		taskList   = flag.String("tasks", "", "comma-separated task=declaredLimit list")
+		goroutines = flag.Int("g", 8, "goroutines")
+		interval   = flag.Duration("interval", 200*time.Millisecond, "KeepAliveInterval")
+		threshold  = flag.Duration("threshold", 2*time.Second, "KeepAliveDeathThreshold")
+		maxHold    = flag.Duration("hold", 60*time.Millisecond, "longest hold")
+		step       = flag.Duration("step", 5*time.Millisecond, "unit of work while holding")
+		verbose    = flag.Bool("v", false, "log warnings of the library")
+	)
+	flag.Parse()
+	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose); err != nil {
+		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
+		os.Exit(1)
+	}
+}
+
+type task struct {
+	name  string
+	limit int
+}
+
+func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose bool) error {
+	var tasks []task
+	for _, s := range strings.Split(taskList, ",") {
+		var t task
+		name, limit, ok := strings.Cut(s, "=")
+		if _, err := fmt.Sscan(limit, &t.limit); !ok || err != nil {
+			return fmt.Errorf("bad -tasks entry %q", s)
+		}
+		t.name = name
+		tasks = append(tasks, t)
+	}
+	stop, cancelStop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancelStop()
+	ctx := context.Background()
+
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
+	cfg.MaxConns = int32(g + 4)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	w, err := ledger.Create(ledgerPath)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	var offset, offErr time.Duration
+	for attempt := 0; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		offset, offErr, err = ledger.MeasureOffset(octx, func(ctx context.Context) (time.Time, error) {
+			var t time.Time
+			err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
+			return t, err
+		}, 7)
+		cancel()
+		if err == nil || attempt == 20 {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("measure the DB clock: %w", err)
+	}
+	w.SetOffset(offset)
+	if err := w.Write(ledger.Event{Kind: ledger.KindStart, Host: host, At: w.Now(), PID: os.Getpid(), Offset: offset, OffsetError: offErr}); err != nil {
+		return err
+	}
+
+	log := zap.NewNop()
+	if verbose {
+		log, _ = zap.NewDevelopment()
+	}
+	client, err := taskling.NewClient(pool, &taskling.Config{
+		Logger:          log,
+		HostName:        host,
+		Defaults:        taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
+		Settings:        settings(tasks),
+		MaxPollInterval: 250 * time.Millisecond,
+	})
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, maxHold: maxHold, step: step,
+				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1}
+			wk.loop(stop)
+		}()
+	}
+	wg.Wait()
+	client.Close()
+	return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
+}
+
+func settings(tasks []task) taskling.SettingsSource {
+	m := taskling.StaticSettings{}
+	for _, t := range tasks {
+		m["chaos/"+t.name] = taskling.TaskSettings{ConcurrencyLimit: t.limit}
+	}
+	return taskling.SettingsFunc(func(ctx context.Context, app, task string) (taskling.TaskSettings, error) {
+		return m[app+"/"+task], nil
+	})
+}
+
+type worker struct {
+	w       *ledger.Writer
+	client  *taskling.Client
+	app     string
+	task    string
+	maxHold time.Duration
+	step    time.Duration
+	rnd     *rand.Rand
+	wait    bool // use WaitForSlot
+}
+
+func (wk *worker) loop(stop context.Context) {
+	for stop.Err() == nil {
+		sctx, cancel := context.WithTimeout(stop, 3*time.Second)
+		e, err := wk.client.StartExecution(sctx, wk.app, wk.task, &taskling.StartOptions{WaitForSlot: wk.wait})
+		returned := time.Now()
+		cancel()
+		if err != nil {
+			d := 2 * time.Millisecond
+			if !errors.Is(err, taskling.ErrLimitReached) {
+				d = 50 * time.Millisecond
+			}
+			sleep(stop, d+time.Duration(wk.rnd.Int64N(int64(3*d))))
+			continue
+		}
+		wk.hold(e, returned)
+	}
+}
+
+// hold records the grant, works in steps while the context is not cancelled, records the stop and
+// completes.
+func (wk *worker) hold(e *taskling.Execution, returned time.Time) {
+	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
+		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait}))
+	ctx := e.Context()
+	until := time.Now().Add(time.Duration(wk.rnd.Int64N(int64(wk.maxHold))))
+	lastOK := time.Now()
+	lost := false
+	for {
+		if ctx.Err() != nil {
+			lost = true
+			break
+		}
+		now := time.Now()
+		lastOK = now // a unit of work done while the context was not cancelled
+		if !now.Before(until) {
+			break
+		}
+		t := time.NewTimer(min(wk.step, until.Sub(now)))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	stopEv := ledger.Event{Kind: ledger.KindStop, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, At: wk.w.DBTime(lastOK), Reason: ledger.ReasonCompleted}
+	if lost {
+		stopEv.Reason = ledger.ReasonLeaseLost
+		stopEv.Observed = wk.w.Now()
+		if c := context.Cause(ctx); c != nil {
+			stopEv.Cause = c.Error()
+		}
+	} else {
+		stopEv.At = wk.w.Now() // Complete is called after this instant
+	}
+	must(wk.w.Write(stopEv))
+	res := ledger.Event{Kind: ledger.KindComplete, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, Result: ledger.ResultOK}
+	for attempt := 0; ; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := e.Complete(cctx)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, taskling.ErrLeaseLost):
+			res.Result = ledger.ResultLeaseLost
+		default:
+			res.Result, res.Error = ledger.ResultError, err.Error()
+			if attempt < 5 {
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
+		}
+		break
+	}
+	res.At = wk.w.Now()
+	must(wk.w.Write(res))
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker:", err)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,212 @@
+// Package ledger is the record the chaos tests keep of what every worker process believed and
+// did: one JSON-lines file per process incarnation (and one for the nemesis), appended with one
+// write(2) per event, so a record survives kill -9 of its writer and is untouched by the faults
+// injected into the database and the network it observes.
+//
+// Times are on the database clock: each writer measures its offset to the server's
+// clock_timestamp() when it starts (the sample with the shortest round trip, see MeasureOffset)
+// and stamps every event with its own clock plus that offset. The chaos cluster runs on the same
+// host as the workers, so the offset is the round trip's noise (tens of microseconds); the
+// ledger records it and its uncertainty.
+package ledger
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Kind is the type of a ledger event.
+type Kind string
+
+const (
+	// KindStart: a worker process started (Host, PID, Offset, OffsetError).
+	KindStart Kind = "start"
+	// KindGrant: StartExecution returned a slot (Exec, Task, Fence, GrantedAt = the execution's
+	// started_at on the DB clock, At = when StartExecution returned). Written before any work.
+	KindGrant Kind = "grant"
+	// KindStop: the holder stopped working (Exec, Reason, At = the last instant it worked while
+	// its context was not cancelled, Observed = when it saw the cancellation, Cause).
+	KindStop Kind = "stop"
+	// KindComplete: Complete returned (Exec, Result, Error).
+	KindComplete Kind = "complete"
+	// KindExit: the worker exited cleanly.
+	KindExit Kind = "exit"
+
+	// Nemesis events: a fault's window [At, End] on the DB clock, the process it hit (Host),
+	// and details.
+	KindFault Kind = "fault"
+	// KindLimit: an operator override of Task's limit to Limit, committed within [At, End].
+	KindLimit Kind = "limit"
+)
+
+// Reasons a holder stopped.
+const (
+	ReasonCompleted = "completed" // its work was done; Complete is called next
+	ReasonLeaseLost = "lease_lost"
+)
+
+// Complete results.
+const (
+	ResultOK        = "ok"
+	ResultLeaseLost = "lease_lost" // Complete returned ErrLeaseLost: the identity check failed
+	ResultError     = "error"
+)
+
+// Event is one line of a ledger.
+type Event struct {
+	Kind Kind      `json:"kind"`
+	Host string    `json:"host,omitempty"`
+	At   time.Time `json:"at"`
+
+	// Process start.
+	PID         int           `json:"pid,omitempty"`
+	Offset      time.Duration `json:"offset,omitempty"`
+	OffsetError time.Duration `json:"offset_error,omitempty"`
+
+	// Holders.
+	Exec      int64     `json:"exec,omitempty"`
+	Task      string    `json:"task,omitempty"`
+	Fence     int64     `json:"fence,omitempty"`
+	GrantedAt time.Time `json:"granted_at,omitzero"`
+	Waited    bool      `json:"waited,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Observed  time.Time `json:"observed,omitzero"`
+	Cause     string    `json:"cause,omitempty"`
+	Result    string    `json:"result,omitempty"`
+	Error     string    `json:"error,omitempty"`
+
+	// Nemesis.
+	Fault string    `json:"fault,omitempty"`
+	End   time.Time `json:"end,omitzero"`
+	Limit int       `json:"limit,omitempty"`
+	Note  string    `json:"note,omitempty"`
+}
+
+// Writer appends events to one ledger file. It is safe for concurrent use.
+type Writer struct {
+	mu     sync.Mutex
+	f      *os.File
+	offset time.Duration
+}
+
+// Create opens path for appending (creating it).
+func Create(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return &Writer{f: f}, nil
+}
+
+// SetOffset sets the offset of the DB clock to the local clock that Now adds.
+func (w *Writer) SetOffset(d time.Duration) {
+	w.mu.Lock()
+	w.offset = d
+	w.mu.Unlock()
+}
+
+// DBTime maps a local time onto the DB clock.
+func (w *Writer) DBTime(t time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return t.Add(w.offset).Round(0)
+}
+
+// Now is the current time on the DB clock.
+func (w *Writer) Now() time.Time { return w.DBTime(time.Now()) }
+
+// Write appends e as one line, with one write(2).
+func (w *Writer) Write(e Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, err := w.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (w *Writer) Close() error { return w.f.Close() }
+
+// MeasureOffset estimates the DB clock minus the local clock from n samples of
+// clock_timestamp(): the sample with the shortest round trip wins, and its half round trip is the
+// error bound.
+func MeasureOffset(ctx context.Context, now func(ctx context.Context) (time.Time, error), n int) (offset, errBound time.Duration, err error) {
+	best := time.Duration(-1)
+	for range n {
+		t0 := time.Now()
+		db, err := now(ctx)
+		t1 := time.Now()
+		if err != nil {
+			return 0, 0, err
+		}
+		rtt := t1.Sub(t0)
+		if best < 0 || rtt < best {
+			best = rtt
+			mid := t0.Add(rtt / 2)
+			offset = db.Sub(mid.Round(0))
+		}
+	}
+	return offset, best / 2, nil
+}
+
+// ReadDir reads every *.jsonl file of dir. A torn last line (a writer killed mid-write; one
+// write(2) makes that unlikely but not impossible) is skipped.
+func ReadDir(dir string) ([]Event, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(paths)
+	var all []Event
+	for _, p := range paths {
+		evs, err := ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, evs...)
+	}
+	return all, nil
+}
+
+// ReadFile reads one ledger file.
+func ReadFile(path string) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	defer f.Close()
+	var evs []Event
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(text), &e); err != nil {
+			if !strings.HasSuffix(text, "}") {
+				continue // torn last write
+			}
+			return nil, fmt.Errorf("ledger: %s:%d: %w", path, line, err)
+		}
+		evs = append(evs, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: %s: %w", path, err)
+	}
+	return evs, nil
+}
