@@ -73,17 +73,23 @@ const scheduleColumns = `task_id, spec, time_zone, catch_up, catch_up_window, ma
 const lockScheduleSQL = `SELECT ` + scheduleColumns + `, clock_timestamp() AS now
 FROM taskling.schedule WHERE task_id = $1 FOR UPDATE`
 
-const upsertScheduleSQL = `
+// insertScheduleSQL creates the schedule row, with the cursor at now; no row when it exists.
+const insertScheduleSQL = `
 INSERT INTO taskling.schedule (task_id, spec, time_zone, catch_up, catch_up_window, max_catch_up,
     overlap, misfire_threshold, cursor_at, registered_by)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(), $9)
-ON CONFLICT (task_id) DO UPDATE SET
-    spec = EXCLUDED.spec, time_zone = EXCLUDED.time_zone, catch_up = EXCLUDED.catch_up,
-    catch_up_window = EXCLUDED.catch_up_window, max_catch_up = EXCLUDED.max_catch_up,
-    overlap = EXCLUDED.overlap, misfire_threshold = EXCLUDED.misfire_threshold,
-    registered_by = EXCLUDED.registered_by,
-    cursor_at = CASE WHEN $10 THEN greatest(schedule.cursor_at, clock_timestamp()) ELSE schedule.cursor_at END,
-    changed_at = CASE WHEN $10 THEN clock_timestamp() ELSE schedule.changed_at END
+ON CONFLICT (task_id) DO NOTHING
+RETURNING ` + scheduleColumns + `, clock_timestamp() AS now`
+
+// updateScheduleSQL updates a locked schedule row; $10: the spec or zone changed, so the cursor
+// moves to max(cursor, now).
+const updateScheduleSQL = `
+UPDATE taskling.schedule SET
+    spec = $2, time_zone = $3, catch_up = $4, catch_up_window = $5, max_catch_up = $6,
+    overlap = $7, misfire_threshold = $8, registered_by = $9,
+    cursor_at = CASE WHEN $10 THEN greatest(cursor_at, clock_timestamp()) ELSE cursor_at END,
+    changed_at = CASE WHEN $10 THEN clock_timestamp() ELSE changed_at END
+WHERE task_id = $1
 RETURNING ` + scheduleColumns + `, clock_timestamp() AS now`
 
 // insertScheduleEventsSQL inserts events given as parallel arrays; $1 task, $2 host.
@@ -166,26 +172,36 @@ func IsScheduleConflict(err error) bool {
 func (s *Store) UpsertSchedule(ctx context.Context, def ScheduleDef) (ScheduleRow, error) {
 	var row ScheduleRow
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var prev []ScheduleRow
-		if err := pgxscan.Select(ctx, tx, &prev, lockScheduleSQL, def.TaskID); err != nil {
-			return err
-		}
-		changed := len(prev) == 1 && (prev[0].Spec != def.Spec || prev[0].TimeZone != def.TimeZone)
+		args := []any{def.TaskID, def.Spec, def.TimeZone, def.CatchUp, def.CatchUpWindow, def.MaxCatchUp,
+			def.Overlap, def.MisfireThreshold, def.Host}
 		var rows []ScheduleRow
-		if err := pgxscan.Select(ctx, tx, &rows, upsertScheduleSQL, def.TaskID, def.Spec, def.TimeZone,
-			def.CatchUp, def.CatchUpWindow, def.MaxCatchUp, def.Overlap, def.MisfireThreshold, def.Host, changed); err != nil {
+		if err := pgxscan.Select(ctx, tx, &rows, insertScheduleSQL, args...); err != nil {
 			return err
 		}
-		row = rows[0]
 		var ev ScheduleEvent
-		switch {
-		case len(prev) == 0:
+		if len(rows) == 1 {
+			row = rows[0]
 			ev = ScheduleEvent{Kind: ScheduleRegistered, Detail: fmt.Sprintf("registered %q in %s", def.Spec, def.TimeZone)}
-		case changed:
+		} else {
+			// The row exists (maybe inserted a moment ago by another host): lock it, compare.
+			var prev []ScheduleRow
+			if err := pgxscan.Select(ctx, tx, &prev, lockScheduleSQL, def.TaskID); err != nil {
+				return err
+			}
+			if len(prev) != 1 {
+				return fmt.Errorf("schedule row vanished")
+			}
+			changed := prev[0].Spec != def.Spec || prev[0].TimeZone != def.TimeZone
+			var updated []ScheduleRow
+			if err := pgxscan.Select(ctx, tx, &updated, updateScheduleSQL, append(args, changed)...); err != nil {
+				return err
+			}
+			row = updated[0]
+			if !changed {
+				return nil
+			}
 			ev = ScheduleEvent{Kind: ScheduleChanged, Detail: fmt.Sprintf("changed from %q in %s to %q in %s; cursor moved to %s (no catch-up)",
 				prev[0].Spec, prev[0].TimeZone, def.Spec, def.TimeZone, row.Cursor.UTC().Format(time.RFC3339Nano))}
-		default:
-			return nil
 		}
 		a := toArrays([]ScheduleEvent{ev})
 		_, err := tx.Exec(ctx, insertScheduleEventsSQL, def.TaskID, def.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details)

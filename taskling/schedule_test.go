@@ -486,3 +486,26 @@ func TestScheduleRejectsBadSpecsZonesAndOptions(t *testing.T) {
 	_, err := b.client.Backfill(b.ctx, b.app, "unregistered", time.Now().Add(-time.Hour), time.Now())
 	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
 }
+
+// TestScheduleConcurrentFirstRegistrationsRecordOneRegistration: hosts starting at once all
+// register; one registration (and one cursor) results.
+func TestScheduleConcurrentFirstRegistrationsRecordOneRegistration(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	fn := func(context.Context, *taskling.Execution) error { return nil }
+	var wg sync.WaitGroup
+	clients := make([]*taskling.Client, 4)
+	for i := range clients {
+		clients[i] = newClient(t, pool, &taskling.Config{HostName: fmt.Sprintf("h%d", i)})
+	}
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			require.NoError(t, c.Schedule(context.Background(), "app", "cron", "* * * * * *", fn, nil))
+		}()
+	}
+	wg.Wait()
+	require.Len(t, eventsOf(t, clients[0], taskling.ScheduleEventRegistered), 1)
+	require.Empty(t, eventsOf(t, clients[0], taskling.ScheduleEventChanged))
+}
