@@ -76,6 +76,19 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	read("GET /api/v1/executions/{id}", h.getExecution)
 	write("PATCH /api/v1/tasks/{app}/{task}/overrides", h.setOverrides)
 	write("DELETE /api/v1/tasks/{app}/{task}/overrides", h.clearOverrides)
+	// Other methods on an API path: a JSON 405 rather than the mux's plain-text one.
+	for path, allow := range map[string]string{
+		"/api/v1/tasks":                         "GET",
+		"/api/v1/tasks/{app}/{task}":            "GET",
+		"/api/v1/tasks/{app}/{task}/executions": "GET",
+		"/api/v1/executions/{id}":               "GET",
+		"/api/v1/tasks/{app}/{task}/overrides":  "PATCH, DELETE",
+	} {
+		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method", r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
+		})
+	}
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API route: "+r.Method+" "+r.URL.Path)
 	})

@@ -292,6 +292,8 @@ func TestBadInputGets4xxNamingTheField(t *testing.T) {
 		{"GET", "/api/v1/tasks/app/nope/executions", "", 404, ""},
 		{"DELETE", "/api/v1/tasks/app/nope/overrides", "", 404, ""},
 		{"GET", "/api/v1/nothing", "", 404, ""},
+		{"POST", "/api/v1/tasks/app/export/overrides", `{"enabled": true}`, 405, "method"},
+		{"DELETE", "/api/v1/tasks", "", 405, "method"},
 	} {
 		status, body := b.do(t, tc.method, tc.path, token, tc.body)
 		require.Equal(t, tc.status, status, "%s %s %s: %s", tc.method, tc.path, tc.body, body)
