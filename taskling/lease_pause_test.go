@@ -35,3 +35,18 @@ func TestContextIsCancelledPastTheLeaseDeadlineBeforeItsTimerRuns(t *testing.T) 
 	require.ErrorIs(t, context.Cause(e2.Context()), taskling.ErrLeaseLost)
 	require.ErrorIs(t, derived.Err(), context.Canceled, "a derived context is cancelled with it")
 }
+
+// Run's function gets a context derived from the execution's: it must see the lease deadline
+// the same way.
+func TestRunContextIsCancelledPastTheLeaseDeadlineBeforeItsTimerRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	var sawErr error
+	err := b.client.Run(b.ctx, b.app, b.task, func(ctx context.Context, e *taskling.Execution) error {
+		e.PassLeaseDeadlineForTest()
+		sawErr = ctx.Err()
+		return nil
+	}, nil)
+	require.ErrorIs(t, sawErr, context.Canceled, "Run's context past the lease deadline")
+	require.ErrorIs(t, err, taskling.ErrLeaseLost)
+}

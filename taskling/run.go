@@ -39,7 +39,8 @@ func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx co
 	app, task := exec.app, exec.task
 	runCtx, cancel := context.WithCancelCause(exec.Context())
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
-	err := callProtected(runCtx, exec, fn)
+	// fn's context checks the lease deadline itself, as Execution.Context() does.
+	err := callProtected(leaseContext{Context: runCtx, e: exec}, exec, fn)
 	stop()
 	cancel(nil)
 
