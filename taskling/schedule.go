@@ -231,7 +231,8 @@ func (c *Client) scheduleSettings(ctx context.Context, app, task string, o Sched
 // RunScheduler runs the cron loop of every task registered on this client (and of those
 // registered while it runs) until ctx ends; then it cancels the runs in progress (their
 // context ends), waits for them to return and returns nil. Every host runs it; none is a
-// leader. It returns an error only if it is already running on this client.
+// leader. It returns ErrClientClosed when the client is closed, and an error wrapping
+// ErrInvalidArgument if it is already running on this client.
 func (c *Client) RunScheduler(ctx context.Context) error {
 	s := &c.sched
 	s.mu.Lock()
@@ -506,20 +507,57 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 		}
 		instant := t
 		req := execution.AcquireRequest{TaskID: r.taskID, TaskName: app + "/" + task, Host: c.host, Declared: declared, ScheduledFor: &instant}
-		exec, err := c.waitForSlot(ctx, app, task, req, settings)
+		exec, err := c.claimWhenFree(ctx, app, task, req, settings)
 		if execution.IsScheduleConflict(err) {
 			continue // claimed meanwhile by another Backfill
 		}
 		if err != nil {
 			return ran, err
 		}
-		exec.scheduledFor = instant
 		if err := c.runStarted(ctx, exec, func(ctx context.Context, e *Execution) error { return r.fn(ctx, e) }); err != nil {
 			return ran, fmt.Errorf("taskling: backfill of %s/%s for %s: %w", app, task, instant.Format(time.RFC3339), err)
 		}
 		ran = append(ran, instant)
 	}
 	return ran, nil
+}
+
+// claimWhenFree acquires a slot for req's instant, waiting while the slot is held. Unlike a
+// WaitForSlot start it records nothing when ctx ends first, so the instant stays backfillable.
+func (c *Client) claimWhenFree(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
+	var wake <-chan struct{}
+	for {
+		res, err := c.acquire(ctx, req)
+		if err == nil {
+			exec := c.newExecution(app, task, req, res, settings, ctx)
+			exec.scheduledFor = *req.ScheduledFor
+			return exec, nil
+		}
+		if !errors.Is(err, ErrLimitReached) {
+			return nil, err
+		}
+		if wake == nil {
+			ch, unsubscribe := c.notifier.Subscribe(req.TaskID)
+			defer unsubscribe()
+			wake = ch
+		}
+		wait := c.maxPoll
+		if res.NextExpiry > 0 {
+			wait = min(wait, res.NextExpiry+20*time.Millisecond)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		case <-c.closed:
+			timer.Stop()
+			return nil, ErrClientClosed
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
 }
 
 // ScheduleEventKind is the kind of a schedule event.
