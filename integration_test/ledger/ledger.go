@@ -51,6 +51,7 @@ const (
 const (
 	ReasonCompleted = "completed" // its work was done; Complete is called next
 	ReasonLeaseLost = "lease_lost"
+	ReasonCancelled = "cancelled" // the context ended for another reason (Run's own ctx)
 )
 
 // Complete results.

@@ -131,7 +131,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		go func() {
 			defer wg.Done()
 			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, maxHold: maxHold, step: step,
-				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1}
+				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3}
 			wk.loop(stop)
 		}()
 	}
@@ -159,32 +159,80 @@ type worker struct {
 	step    time.Duration
 	rnd     *rand.Rand
 	wait    bool // use WaitForSlot
+	run     bool // use Client.Run (which completes) instead of StartExecution and Complete
 }
 
 func (wk *worker) loop(stop context.Context) {
 	for stop.Err() == nil {
 		sctx, cancel := context.WithTimeout(stop, 3*time.Second)
-		e, err := wk.client.StartExecution(sctx, wk.app, wk.task, &taskling.StartOptions{WaitForSlot: wk.wait})
-		returned := time.Now()
-		cancel()
+		var err error
+		if wk.run {
+			var id int64
+			err = wk.client.Run(sctx, wk.app, wk.task, func(ctx context.Context, e *taskling.Execution) error {
+				id = e.ID()
+				wk.work(ctx, e, time.Now())
+				return nil
+			}, &taskling.StartOptions{WaitForSlot: wk.wait})
+			cancel()
+			if id != 0 {
+				wk.completed(id, err)
+				continue
+			}
+		} else {
+			var e *taskling.Execution
+			e, err = wk.client.StartExecution(sctx, wk.app, wk.task, &taskling.StartOptions{WaitForSlot: wk.wait})
+			returned := time.Now()
+			cancel()
+			if err == nil {
+				wk.hold(e, returned)
+				continue
+			}
+		}
 		if err != nil {
 			d := 2 * time.Millisecond
 			if !errors.Is(err, taskling.ErrLimitReached) {
 				d = 50 * time.Millisecond
 			}
 			sleep(stop, d+time.Duration(wk.rnd.Int64N(int64(3*d))))
-			continue
 		}
-		wk.hold(e, returned)
 	}
 }
 
-// hold records the grant, works in steps while the context is not cancelled, records the stop and
-// completes.
+// hold works under e (started by StartExecution) and completes it.
 func (wk *worker) hold(e *taskling.Execution, returned time.Time) {
+	wk.work(e.Context(), e, returned)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = e.Complete(cctx)
+		cancel()
+		if err == nil || errors.Is(err, taskling.ErrLeaseLost) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	wk.completed(e.ID(), err)
+}
+
+// completed records the result of Complete (or of Run, which completes).
+func (wk *worker) completed(id int64, err error) {
+	res := ledger.Event{Kind: ledger.KindComplete, Host: wk.client.HostName(), Exec: id, Task: wk.task, Result: ledger.ResultOK}
+	switch {
+	case err == nil:
+	case errors.Is(err, taskling.ErrLeaseLost):
+		res.Result = ledger.ResultLeaseLost
+	default:
+		res.Result, res.Error = ledger.ResultError, err.Error()
+	}
+	res.At = wk.w.Now()
+	must(wk.w.Write(res))
+}
+
+// work records the grant, works in steps while ctx is not cancelled and records the stop. Under
+// Run, Run completes the execution afterwards (its result is recorded by runResult).
+func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time.Time) {
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
-		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait}))
-	ctx := e.Context()
+		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run]}))
 	until := time.Now().Add(time.Duration(wk.rnd.Int64N(int64(wk.maxHold))))
 	lastOK := time.Now()
 	lost := false
@@ -207,35 +255,18 @@ func (wk *worker) hold(e *taskling.Execution, returned time.Time) {
 	}
 	stopEv := ledger.Event{Kind: ledger.KindStop, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, At: wk.w.DBTime(lastOK), Reason: ledger.ReasonCompleted}
 	if lost {
-		stopEv.Reason = ledger.ReasonLeaseLost
+		stopEv.Reason = ledger.ReasonCancelled
 		stopEv.Observed = wk.w.Now()
 		if c := context.Cause(ctx); c != nil {
 			stopEv.Cause = c.Error()
+			if errors.Is(c, taskling.ErrLeaseLost) {
+				stopEv.Reason = ledger.ReasonLeaseLost
+			}
 		}
 	} else {
 		stopEv.At = wk.w.Now() // Complete is called after this instant
 	}
 	must(wk.w.Write(stopEv))
-	res := ledger.Event{Kind: ledger.KindComplete, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, Result: ledger.ResultOK}
-	for attempt := 0; ; attempt++ {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := e.Complete(cctx)
-		cancel()
-		switch {
-		case err == nil:
-		case errors.Is(err, taskling.ErrLeaseLost):
-			res.Result = ledger.ResultLeaseLost
-		default:
-			res.Result, res.Error = ledger.ResultError, err.Error()
-			if attempt < 5 {
-				time.Sleep(200 * time.Millisecond)
-				continue
-			}
-		}
-		break
-	}
-	res.At = wk.w.Now()
-	must(wk.w.Write(res))
 }
 
 func sleep(ctx context.Context, d time.Duration) {
