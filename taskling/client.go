@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -48,7 +47,7 @@ type Config struct {
 	Isolation Isolation
 	// MaxPollInterval caps the wait between two attempts of a WaitForSlot start when no
 	// notification arrives (notifications are lost behind a transaction-pooling PgBouncer).
-	// Default 2s.
+	// Default 2s, at most 30s (a waiter's mark on the task, which makes releases notify, lasts 60s).
 	MaxPollInterval time.Duration
 }
 
@@ -88,8 +87,8 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if cfg.Isolation != IsolationSerializable && cfg.Isolation != IsolationReadCommitted {
 		return nil, fmt.Errorf("%w: Config.Isolation is %d", ErrInvalidArgument, cfg.Isolation)
 	}
-	if cfg.MaxPollInterval < 0 {
-		return nil, fmt.Errorf("%w: Config.MaxPollInterval is negative (%s)", ErrInvalidArgument, cfg.MaxPollInterval)
+	if cfg.MaxPollInterval < 0 || cfg.MaxPollInterval > 30*time.Second {
+		return nil, fmt.Errorf("%w: Config.MaxPollInterval is %s; want 0 (default 2s) up to 30s", ErrInvalidArgument, cfg.MaxPollInterval)
 	}
 	defaults := librarySettings().over(cfg.Defaults)
 	if _, err := defaults.toStore("Config.Defaults"); err != nil {
@@ -259,4 +258,3 @@ func (c *Client) isClosed() bool {
 	}
 }
 
-var errStop = errors.New("stop")
