@@ -117,7 +117,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nem.Close()
-	if err := measure(ctx, pool, nem); err != nil {
+	if err := measure(ctx, pool, nem, srv.cluster != nil); err != nil {
 		t.Fatal(err)
 	}
 	operator, err := taskling.NewClient(pool, &taskling.Config{HostName: "operator"})
@@ -134,7 +134,8 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	spec := workerSpec{bin: bin, dbURL: dbURL, dir: ledgers, tasks: taskSpec(), g: prof.g, interval: prof.interval, threshold: prof.threshold}
+	spec := workerSpec{bin: bin, dbURL: dbURL, dir: ledgers, tasks: taskSpec(), g: prof.g, interval: prof.interval, threshold: prof.threshold,
+		sameClock: srv.cluster != nil}
 	pxs := newProxies()
 	r := &run{t: t, prof: prof, spec: spec, srv: srv, pool: pool, nem: nem, operator: operator,
 		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
@@ -207,6 +208,7 @@ type run struct {
 	pauses      []checker.Window
 	limits      []checker.LimitChange
 	notes       []string
+	maxOffset   time.Duration // largest |offset| a worker measured to the DB clock
 }
 
 func (r *run) count(fault string) {
@@ -580,7 +582,7 @@ func (r *run) collect(ctx context.Context) checker.History {
 		t.Fatal(err)
 	}
 	defer sw.Close()
-	if err := measure(ctx, r.pool, sw); err != nil {
+	if err := measure(ctx, r.pool, sw, r.srv.cluster != nil); err != nil {
 		t.Fatal(err)
 	}
 	sweeper, err := taskling.NewClient(r.pool, &taskling.Config{HostName: "sweeper",
@@ -674,8 +676,8 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 				hd.Result = e.Result
 			}
 		case ledger.KindStart:
-			if e.OffsetError > 5*time.Millisecond {
-				r.notes = append(r.notes, fmt.Sprintf("%s: DB clock offset %s ± %s", e.Host, e.Offset, e.OffsetError))
+			if d := max(e.Offset, -e.Offset); d > r.maxOffset {
+				r.maxOffset = d
 			}
 		}
 	}
@@ -785,6 +787,11 @@ func (r *run) printTable(h checker.History, rep checker.Report, took time.Durati
 	if minGap >= 0 {
 		fmt.Fprintf(&b, "  %-34s %s\n", "min gap: last work → reclaim", minGap.Round(time.Millisecond))
 	}
+	clock := "offset applied"
+	if r.spec.sameClock {
+		clock = "same host: not applied"
+	}
+	fmt.Fprintf(&b, "  %-34s %s (%s)\n", "largest measured DB clock offset", r.maxOffset.Round(time.Microsecond), clock)
 	fmt.Fprintf(&b, "  %-34s %d\n", "violations", len(rep.Violations))
 	for _, n := range r.notes {
 		fmt.Fprintf(&b, "  note: %s\n", n)

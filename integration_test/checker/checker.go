@@ -196,7 +196,10 @@ func Check(h History) Report {
 			continue
 		}
 		if end.Before(g.GrantedAt) {
+			// Impossible unless the clocks disagree; reported, and left out of the sweep rather
+			// than left open in it.
 			r.add("a", hd.Task, hd.Exec, "holder stopped (%s) before its grant (%s)", ts(end), ts(g.GrantedAt))
+			continue
 		}
 		if !g.ReclaimedAt.IsZero() {
 			if !end.Before(g.ReclaimedAt) {

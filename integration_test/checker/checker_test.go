@@ -94,6 +94,9 @@ func TestCheckerCatches(t *testing.T) {
 			// exec 2 granted at 110 under limit 1 while exec 1 still worked.
 			h.Holds[0].StopAt = at(150)
 		}},
+		{"stopped before its grant", "a", "before its grant", func(h *History) {
+			h.Holds[0].StopAt = at(-1)
+		}},
 		{"fence backwards", "b", "fence 2 granted", func(h *History) {
 			h.Grants[2].Fence = 2
 			h.Holds[2].Fence = 2

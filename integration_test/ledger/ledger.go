@@ -3,11 +3,12 @@
 // write(2) per event, so a record survives kill -9 of its writer and is untouched by the faults
 // injected into the database and the network it observes.
 //
-// Times are on the database clock: each writer measures its offset to the server's
-// clock_timestamp() when it starts (the sample with the shortest round trip, see MeasureOffset)
-// and stamps every event with its own clock plus that offset. The chaos cluster runs on the same
-// host as the workers, so the offset is the round trip's noise (tens of microseconds); the
-// ledger records it and its uncertainty.
+// Times are on the database clock. Events are stamped with the writer's clock when they happen
+// (a write to the database could be delayed by the very faults under test). The chaos cluster
+// runs on the same host as the workers, so its clock_timestamp() reads the same system clock and
+// no offset is applied; against a server elsewhere each writer applies the offset it measured
+// when it started (the sample with the shortest round trip, see MeasureOffset). The start event
+// records the measured offset either way.
 package ledger
 
 import (

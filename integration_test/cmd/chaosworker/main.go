@@ -43,9 +43,10 @@ func main() {
 		maxHold    = flag.Duration("hold", 60*time.Millisecond, "longest hold")
 		step       = flag.Duration("step", 5*time.Millisecond, "unit of work while holding")
 		verbose    = flag.Bool("v", false, "log warnings of the library")
+		sameClock  = flag.Bool("same-clock", false, "the server runs on this host: its clock is ours (the offset is measured and recorded, not applied)")
 	)
 	flag.Parse()
-	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose); err != nil {
+	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock); err != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
 		os.Exit(1)
 	}
@@ -56,7 +57,7 @@ type task struct {
 	limit int
 }
 
-func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose bool) error {
+func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool) error {
 	var tasks []task
 	for _, s := range strings.Split(taskList, ",") {
 		var t task
@@ -106,7 +107,9 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	if err != nil {
 		return fmt.Errorf("measure the DB clock: %w", err)
 	}
-	w.SetOffset(offset)
+	if !sameClock {
+		w.SetOffset(offset)
+	}
 	if err := w.Write(ledger.Event{Kind: ledger.KindStart, Host: host, At: w.Now(), PID: os.Getpid(), Offset: offset, OffsetError: offErr}); err != nil {
 		return err
 	}
