@@ -377,7 +377,9 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 		ScheduledFor: &instant, RecordDenial: !waitForSlot,
 		Schedule: &execution.ScheduleClaim{Expected: row.Cursor, Events: events},
 	}
-	res, err := c.acquire(ctx, req)
+	cctx, cancel := claimContext(ctx)
+	res, err := c.acquire(cctx, req)
+	cancel()
 	switch {
 	case err == nil:
 		exec := c.newExecution(r.app, r.task, req, res, settings, runCtx)
@@ -414,6 +416,18 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 	default:
 		return 0, false, err
 	}
+}
+
+// claimTimeout bounds a claim transaction.
+const claimTimeout = 30 * time.Second
+
+// claimContext is the context of a claim: it keeps ctx's values but not its cancellation, so
+// that stopping the scheduler lets a claim in flight finish (a claimed instant then runs with
+// its context already cancelled) rather than interrupting its transaction mid-batch, which
+// leaks a connection's context-watcher goroutine in pgx v5.7.6 (Pipeline.getResults closes the
+// pipeline on a read error without unwatching).
+func claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 }
 
 func policyOf(row execution.ScheduleRow) catchUpPolicy {
@@ -527,7 +541,9 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 func (c *Client) claimWhenFree(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
 	var wake <-chan struct{}
 	for {
-		res, err := c.acquire(ctx, req)
+		cctx, cancel := claimContext(ctx)
+		res, err := c.acquire(cctx, req)
+		cancel()
 		if err == nil {
 			exec := c.newExecution(app, task, req, res, settings, ctx)
 			exec.scheduledFor = *req.ScheduledFor
