@@ -774,6 +774,11 @@ func (r *run) printTable(h checker.History, rep checker.Report, took time.Durati
 		unrec += n
 	}
 	fmt.Fprintf(&b, "  %-34s %d\n", "grants with no holder (ghosts)", unrec)
+	idle := 0
+	for _, n := range rep.Idle {
+		idle += n
+	}
+	fmt.Fprintf(&b, "  %-34s %d\n", "holders cancelled before working", idle)
 	for _, f := range []string{fKill, fStopLong, fStopShort, fRestart, fTerminate, fBlackhole, fLatency, fLimitChange} {
 		fmt.Fprintf(&b, "  %-34s %d\n", f, r.counts[f])
 	}

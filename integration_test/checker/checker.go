@@ -71,10 +71,12 @@ type Hold struct {
 	Host       string
 	Fence      int64
 	ReturnedAt time.Time // StartExecution returned
-	StopAt     time.Time // zero: no stop recorded (the process was killed)
-	Reason     string
-	Observed   time.Time // when a lease loss was observed
-	Result     string    // Complete's result; "" if none recorded
+	// StopAt is the last instant the holder worked. Zero with a Reason: it never worked (its
+	// first check found its context cancelled). Zero without: no stop recorded (killed).
+	StopAt   time.Time
+	Reason   string
+	Observed time.Time // when a lease loss was observed
+	Result   string    // Complete's result; "" if none recorded
 }
 
 // LimitChange is an operator override of a task's limit, committed within [Start, End].
@@ -146,6 +148,8 @@ type Report struct {
 	// hold (the acquire committed but its caller saw an error, or the process died before
 	// recording): they are not holders, but must still end (c).
 	Holders, Unrecorded map[string]int
+	// Idle holders found their context cancelled on their first check and never worked.
+	Idle map[string]int
 }
 
 func (r *Report) add(check, task string, exec int64, format string, args ...any) {
@@ -154,7 +158,7 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 
 // Check runs every check on h.
 func Check(h History) Report {
-	r := Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}}
+	r := Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{}}
 	grants := make(map[int64]*Grant, len(h.Grants))
 	for i := range h.Grants {
 		g := &h.Grants[i]
@@ -193,6 +197,13 @@ func Check(h History) Report {
 		end, ok := holdEnd(&hd, h.Kills)
 		if !ok {
 			r.add("c", hd.Task, hd.Exec, "holder on %s never stopped and its process was not killed", hd.Host)
+			continue
+		}
+		if end.IsZero() { // never worked: it held nothing, but its Complete must still fail if reclaimed
+			if !g.ReclaimedAt.IsZero() && hd.Result == ledger.ResultOK {
+				r.add("e", hd.Task, hd.Exec, "Complete succeeded although the execution had been reclaimed at %s", ts(g.ReclaimedAt))
+			}
+			r.Idle[hd.Task]++
 			continue
 		}
 		if end.Before(g.GrantedAt) {
@@ -363,9 +374,10 @@ func Check(h History) Report {
 	return r
 }
 
-// holdEnd is when a holder stopped holding: its recorded stop, else its process's kill.
+// holdEnd is when a holder stopped holding: its recorded stop (zero if it never worked), else its
+// process's kill.
 func holdEnd(hd *Hold, kills map[string]time.Time) (time.Time, bool) {
-	if !hd.StopAt.IsZero() {
+	if hd.Reason != "" {
 		return hd.StopAt, true
 	}
 	k, ok := kills[hd.Host]

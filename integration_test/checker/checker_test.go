@@ -178,3 +178,18 @@ func TestLimitFor(t *testing.T) {
 		}
 	}
 }
+
+// A holder whose first check found its context cancelled (its process paused between the grant
+// and StartExecution's return) held nothing: it is no holder, but its Complete must still fail.
+func TestIdleHolder(t *testing.T) {
+	h := cleanHistory()
+	h.Holds[3].StopAt = time.Time{}
+	r := Check(h)
+	if len(r.Violations) > 0 || r.Idle["t"] != 1 {
+		t.Fatalf("idle holder: violations %v, idle %d", r.Violations, r.Idle["t"])
+	}
+	h.Holds[3].Result = ledger.ResultOK
+	if r := Check(h); len(r.Violations) != 1 || r.Violations[0].Check != "e" {
+		t.Fatalf("idle holder whose Complete succeeded after a reclaim: %v", r.Violations)
+	}
+}

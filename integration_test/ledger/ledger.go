@@ -34,7 +34,9 @@ const (
 	// started_at on the DB clock, At = when StartExecution returned). Written before any work.
 	KindGrant Kind = "grant"
 	// KindStop: the holder stopped working (Exec, Reason, At = the last instant it worked while
-	// its context was not cancelled, Observed = when it saw the cancellation, Cause).
+	// its context was not cancelled — zero if its very first check found the context cancelled,
+	// as when the process paused between the grant and StartExecution's return —, Observed =
+	// when it saw the cancellation, Cause).
 	KindStop Kind = "stop"
 	// KindComplete: Complete returned (Exec, Result, Error).
 	KindComplete Kind = "complete"
@@ -66,7 +68,7 @@ const (
 type Event struct {
 	Kind Kind      `json:"kind"`
 	Host string    `json:"host,omitempty"`
-	At   time.Time `json:"at"`
+	At   time.Time `json:"at,omitzero"`
 
 	// Process start.
 	PID         int           `json:"pid,omitempty"`

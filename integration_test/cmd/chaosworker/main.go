@@ -237,7 +237,7 @@ func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
 		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run]}))
 	until := time.Now().Add(time.Duration(wk.rnd.Int64N(int64(wk.maxHold))))
-	lastOK := time.Now()
+	var lastOK time.Time // zero until a check passes: a holder whose first check fails never worked
 	lost := false
 	for {
 		if ctx.Err() != nil {
@@ -256,7 +256,10 @@ func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time
 		}
 		t.Stop()
 	}
-	stopEv := ledger.Event{Kind: ledger.KindStop, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, At: wk.w.DBTime(lastOK), Reason: ledger.ReasonCompleted}
+	stopEv := ledger.Event{Kind: ledger.KindStop, Host: wk.client.HostName(), Exec: e.ID(), Task: wk.task, Reason: ledger.ReasonCompleted}
+	if !lastOK.IsZero() {
+		stopEv.At = wk.w.DBTime(lastOK)
+	}
 	if lost {
 		stopEv.Reason = ledger.ReasonCancelled
 		stopEv.Observed = wk.w.Now()
