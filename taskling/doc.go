@@ -18,6 +18,10 @@
 //   - Every start, granted or denied, is recorded with its host, reference value, header, events
 //     and progress.
 //
+// Schedule registers a cron task and RunScheduler (on every host, no leader) runs each scheduled
+// instant exactly once across the fleet, with a documented catch-up policy after an outage
+// (CatchUpRunLatest, CatchUpRunAll, CatchUpSkip) decided on the database clock.
+//
 // Example:
 //
 //	if err := migrations.Up(ctx, pool); err != nil { … }
