@@ -257,4 +257,3 @@ func (c *Client) isClosed() bool {
 		return false
 	}
 }
-
