@@ -77,13 +77,7 @@ func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
 // LastExecutions returns the task's last n executions (granted or denied), newest first. A task
 // never started has none.
 func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([]ExecutionInfo, error) {
-	if err := validateTask(app, task); err != nil {
-		return nil, err
-	}
-	if n < 1 || n > 10000 {
-		return nil, fmt.Errorf("%w: n is %d; want 1 to 10000", ErrInvalidArgument, n)
-	}
-	id, ok, err := c.store.FindTask(ctx, app, task)
+	id, ok, err := c.historyOf(ctx, app, task, n)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -96,4 +90,16 @@ func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([
 		out[i] = infoFromRow(r)
 	}
 	return out, nil
+}
+
+// historyOf checks the arguments of a history query and finds the task; ok is false for a task
+// that never started (it has no history).
+func (c *Client) historyOf(ctx context.Context, app, task string, n int) (id int64, ok bool, err error) {
+	if err := validateTask(app, task); err != nil {
+		return 0, false, err
+	}
+	if n < 1 || n > 10000 {
+		return 0, false, fmt.Errorf("%w: n is %d; want 1 to 10000", ErrInvalidArgument, n)
+	}
+	return c.store.FindTask(ctx, app, task)
 }

@@ -608,13 +608,7 @@ type ScheduleEvent struct {
 
 // ScheduleHistory returns app/task's last n schedule events, newest first.
 func (c *Client) ScheduleHistory(ctx context.Context, app, task string, n int) ([]ScheduleEvent, error) {
-	if err := validateTask(app, task); err != nil {
-		return nil, err
-	}
-	if n < 1 || n > 10000 {
-		return nil, fmt.Errorf("%w: n is %d; want 1 to 10000", ErrInvalidArgument, n)
-	}
-	id, ok, err := c.store.FindTask(ctx, app, task)
+	id, ok, err := c.historyOf(ctx, app, task, n)
 	if err != nil || !ok {
 		return nil, err
 	}
