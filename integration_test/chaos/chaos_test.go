@@ -314,11 +314,10 @@ func (r *run) kill() bool {
 // stopLong: SIGSTOP a holder of the singleton until a waiter has been granted its slot, then
 // SIGCONT.
 func (r *run) stopLong() bool {
-	p := r.holderProc("singleton")
+	p, start := r.pauseHolder("singleton")
 	if p == nil {
 		return false
 	}
-	start := r.pause(p)
 	// If it held nothing of the singleton by the time it stopped, this is still a long pause.
 	reclaimed := r.waitReclaimed(p.host, start)
 	time.Sleep(100 * time.Millisecond)
@@ -331,11 +330,34 @@ func (r *run) stopLong() bool {
 	return true
 }
 
-// pause SIGSTOPs p and returns once the kernel shows it stopped.
-func (r *run) pause(p *proc) time.Time {
-	signal(p, syscall.SIGSTOP)
-	waitStopped(p.pid())
-	return r.nem.Now()
+// pauseHolder SIGSTOPs a process that holds a slot of task at the moment it stops (holds last
+// tens of milliseconds: a holder picked a moment ago may hold nothing by the time the signal
+// lands; it is resumed and another try made, up to 5). It returns the process and when it stopped.
+func (r *run) pauseHolder(task string) (*proc, time.Time) {
+	for try := 0; ; try++ {
+		p := r.holderProc(task)
+		if p == nil {
+			return nil, time.Time{}
+		}
+		signal(p, syscall.SIGSTOP)
+		waitStopped(p.pid())
+		at := r.nem.Now()
+		if try == 4 || r.holds(p.host) {
+			return p, at
+		}
+		signal(p, syscall.SIGCONT)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// holds reports whether host holds a slot of any task.
+func (r *run) holds(host string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var ok bool
+	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution
+WHERE host_name = $1 AND token_id IS NOT NULL AND completed_at IS NULL AND reclaimed_at IS NULL)`, host).Scan(&ok)
+	return err == nil && ok
 }
 
 // waitReclaimed waits up to the threshold plus 3s for an execution of host to be reclaimed
@@ -357,11 +379,10 @@ func (r *run) waitReclaimed(host string, since time.Time) bool {
 
 // stopShort: SIGSTOP a holder for a third of its lease: nothing may happen to its holders.
 func (r *run) stopShort() bool {
-	p := r.holderProc("singleton")
+	p, start := r.pauseHolder("singleton")
 	if p == nil {
 		return false
 	}
-	start := r.pause(p)
 	time.Sleep(r.leaseTTL() / 3)
 	end := r.nem.Now()
 	signal(p, syscall.SIGCONT)
