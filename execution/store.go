@@ -164,6 +164,12 @@ func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx *txCo
 	return err
 }
 
+// IdleInTransactionTimeout bounds how long a token transaction may sit idle between its two round
+// trips before the server ends its session, releasing the task row's lock.
+const IdleInTransactionTimeout = 5 * time.Second
+
+var idleTimeoutSQL = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", IdleInTransactionTimeout.Milliseconds())
+
 // txConn sends the batches of one transaction: the first carries BEGIN, the last COMMIT.
 type txConn struct {
 	conn  *pgx.Conn
@@ -175,11 +181,16 @@ type txConn struct {
 func (t *txConn) first(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	full := &pgx.Batch{}
 	full.Queue(t.begin)
+	// A client cut off between the two round trips would otherwise keep the task row locked until
+	// its socket dies (TCP keepalive: hours). The server ends such a session instead.
+	full.Queue(idleTimeoutSQL)
 	full.QueuedQueries = append(full.QueuedQueries, b.QueuedQueries...)
 	t.open = true
 	br := t.conn.SendBatch(ctx, full)
-	if _, err := br.Exec(); err != nil {
-		return errBatch{err: err, br: br}
+	for range 2 { // BEGIN, SET LOCAL
+		if _, err := br.Exec(); err != nil {
+			return errBatch{err: err, br: br}
+		}
 	}
 	return br
 }

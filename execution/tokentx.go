@@ -52,7 +52,6 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 	if len(refs) > 0 {
 		b.Queue(duplicatesSQL, taskID, refs)
 	}
-	sentAt := time.Now()
 	br := tx.first(ctx, b)
 	row, err := readTaskRow(br)
 	if err != nil {
@@ -145,7 +144,6 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 	for i, o := range acquires {
 		req, res := o.acquire, &o.acquireRes
 		execID := ids[i]
-		res.SentAt = sentAt
 		res.Effective = row.overrides.Apply(req.Declared)
 		res.Overridden = !row.overrides.IsZero()
 		if err := res.Effective.Validate("with operator overrides"); err != nil {
@@ -242,6 +240,13 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 	freed = freed && row.waiters
 	if freed {
 		b.Queue(notifySQL, taskID)
+	}
+	// A holder's lease is measured from here: the execution row's last_keep_alive is set by this
+	// round trip, so on the DB clock it is later than this instant. (Measuring from the first
+	// round trip would spend the lease on the wait for the row lock.)
+	sentAt := time.Now()
+	for _, o := range acquires {
+		o.acquireRes.SentAt = sentAt
 	}
 	br = tx.last(ctx, b)
 	defer br.Close()

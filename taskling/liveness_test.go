@@ -127,3 +127,28 @@ func infoByID(t *testing.T, infos []taskling.ExecutionInfo, id int64) taskling.E
 	t.Fatalf("execution %d not in history", id)
 	return taskling.ExecutionInfo{}
 }
+
+// The lease is measured from the round trip that writes the grant, not from the first one: a
+// start that waited for the task row's lock longer than the lease (behind a slow host, say) still
+// gets a whole lease. Found by the chaos tests, where such holders were cancelled before working.
+func TestLeaseCountsFromTheGrantNotFromTheWaitForTheRowLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	require.NoError(t, b.start(t, nil).Complete(b.ctx))
+
+	// Another host holds the task row's lock for longer than the lease (0.75 s).
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `UPDATE taskling.task_definition SET hold_lock_execution_id = 0`)
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(threshold)
+		_ = tx.Commit(context.Background())
+	}()
+
+	e := b.start(t, nil)
+	require.NoError(t, e.Context().Err(), "granted with its lease already spent")
+	time.Sleep(threshold / 2)
+	require.False(t, leaseLost(e))
+	require.NoError(t, e.Complete(b.ctx))
+}
