@@ -99,9 +99,9 @@ SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
 FROM unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
 ORDER BY e.o`
 
-// advanceScheduleSQL moves the cursor by compare-and-set and records the events with it; it
-// returns no row when the cursor had moved.
-const advanceScheduleSQL = `
+// moveCursorCTE moves the cursor from $9 to $8 by compare-and-set (u has a row only if it moved)
+// and records the events ($3–$7) with it.
+const moveCursorCTE = `
 WITH u AS (
     UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
     RETURNING task_id
@@ -110,21 +110,15 @@ WITH u AS (
     SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
     FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
     ORDER BY e.o
-)
+)`
+
+// advanceScheduleSQL moves the cursor; it returns no row when the cursor had moved.
+const advanceScheduleSQL = moveCursorCTE + `
 SELECT task_id FROM u`
 
 // claimScheduleSQL is the same compare-and-set inside the acquire transaction; a failed one
 // raises TLC01 so that the whole transaction (its COMMIT is in the same batch) writes nothing.
-const claimScheduleSQL = `
-WITH u AS (
-    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
-    RETURNING task_id
-), ev AS (
-    INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
-    SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
-    FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
-    ORDER BY e.o
-)
+const claimScheduleSQL = moveCursorCTE + `
 SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN true ELSE taskling.schedule_cursor_moved($1) END`
 
 type eventArrays struct {

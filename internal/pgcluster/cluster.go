@@ -92,25 +92,34 @@ type state struct {
 // server already running from that directory and otherwise creates (initdb) and starts one.
 // Concurrent calls from any number of goroutines and processes start at most one server.
 func Ensure(ctx context.Context, opts *Options) (*Cluster, error) {
-	c, err := Open(opts)
+	c, unlock, err := ensureUnderLock(ctx, opts, false)
 	if err != nil {
 		return nil, err
+	}
+	unlock()
+	return c, nil
+}
+
+// ensureUnderLock makes sure the cluster runs and returns it with its lock file still held.
+// managed says whether a cluster this call starts is stopped by the last ReleaseLease.
+func ensureUnderLock(ctx context.Context, opts *Options, managed bool) (*Cluster, func(), error) {
+	c, err := Open(opts)
+	if err != nil {
+		return nil, nil, err
 	}
 	l, err := lockFile(ctx, c.lockPath)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer l.unlock()
 	started, err := c.ensureLocked(ctx, true)
+	if err == nil && started {
+		err = c.updateState(func(s *state) { s.Managed = managed })
+	}
 	if err != nil {
-		return nil, err
+		l.unlock()
+		return nil, nil, err
 	}
-	if started {
-		if err := c.updateState(func(s *state) { s.Managed = false }); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
+	return c, l.unlock, nil
 }
 
 // DatabaseURL returns $TASKLING_DATABASE_URL when set, else the URL of the private cluster,

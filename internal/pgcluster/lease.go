@@ -17,24 +17,11 @@ import (
 // holder. If this call started the cluster, the cluster becomes managed: the last ReleaseLease
 // stops it.
 func AcquireLease(ctx context.Context, opts *Options, holder int) (*Cluster, error) {
-	c, err := Open(opts)
+	c, unlock, err := ensureUnderLock(ctx, opts, true)
 	if err != nil {
 		return nil, err
 	}
-	l, err := lockFile(ctx, c.lockPath)
-	if err != nil {
-		return nil, err
-	}
-	defer l.unlock()
-	started, err := c.ensureLocked(ctx, true)
-	if err != nil {
-		return nil, err
-	}
-	if started {
-		if err := c.updateState(func(s *state) { s.Managed = true }); err != nil {
-			return nil, err
-		}
-	}
+	defer unlock()
 	if err := os.MkdirAll(c.leaseDir, 0o755); err != nil {
 		return nil, fmt.Errorf("pgcluster: create %s: %w", c.leaseDir, err)
 	}
