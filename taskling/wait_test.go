@@ -66,3 +66,16 @@ func TestWaitEndsWithContextAndIsRecordedOnce(t *testing.T) {
 	require.ErrorIs(t, r.err, context.DeadlineExceeded)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE blocked`))
 }
+
+func TestRaisingTheLimitWakesAWaiterAtOnce(t *testing.T) {
+	b := setup(t, withLimit(1))
+	b.start(t, nil)
+	waiter := b.startWaiting(b.ctx)
+	time.Sleep(500 * time.Millisecond) // past the waiter's first polls
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{ConcurrencyLimit: ptr(2)}))
+	raisedAt := time.Now()
+	r := <-waiter
+	require.NoError(t, r.err)
+	require.NoError(t, r.exec.Complete(b.ctx))
+	require.Less(t, r.at.Sub(raisedAt), 250*time.Millisecond)
+}
