@@ -94,6 +94,11 @@ func (s *Store) submit(taskID int64, o *op) {
 // lead runs one batch, then passes leadership on (or ends it when nothing is queued).
 func (s *Store) lead(taskID int64, c *combiner) {
 	c.mu.Lock()
+	if len(c.queue) == 0 { // cannot happen: a leader's own request is queued until it leads
+		c.leading = false
+		c.mu.Unlock()
+		return
+	}
 	// A cron claim runs alone: when it loses to another host, its transaction fails, and that
 	// must not fail anyone else's request.
 	n := 1
