@@ -59,7 +59,7 @@ func (s *Store) submit(taskID int64, o *op) {
 	if !c.leading {
 		c.leading, o.leader = true, true
 		c.mu.Unlock()
-		s.lead(taskID, c)
+		s.leadFor(taskID, c, o)
 		return
 	}
 	c.mu.Unlock()
@@ -67,7 +67,7 @@ func (s *Store) submit(taskID int64, o *op) {
 	case <-o.done:
 		return
 	case <-o.lead:
-		s.lead(taskID, c)
+		s.leadFor(taskID, c, o)
 		return
 	case <-o.ctx.Done():
 	}
@@ -75,7 +75,7 @@ func (s *Store) submit(taskID int64, o *op) {
 	switch {
 	case o.leader:
 		c.mu.Unlock()
-		s.lead(taskID, c) // drops o itself, whose ctx is over
+		s.leadFor(taskID, c, o) // drops o itself, whose ctx is over
 	case o.taken:
 		c.mu.Unlock()
 		<-o.done // its transaction is in flight: its outcome must be reported
@@ -88,6 +88,16 @@ func (s *Store) submit(taskID int64, o *op) {
 		}
 		c.mu.Unlock()
 		o.err = o.ctx.Err()
+	}
+}
+
+// leadFor leads on behalf of o, whose request is first in the queue and so in the batch.
+func (s *Store) leadFor(taskID int64, c *combiner, o *op) {
+	s.lead(taskID, c)
+	select {
+	case <-o.done:
+	default: // never expected; fail loudly rather than report an empty result as a grant
+		o.err = errors.New("execution: internal error: request was not served by its own batch")
 	}
 }
 
