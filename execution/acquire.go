@@ -148,7 +148,8 @@ type AcquireResult struct {
 	// NextExpiry is, when denied for the limit, how long until the earliest live holder could be
 	// judged dead (on the DB clock); 0 if unknown.
 	NextExpiry time.Duration
-	// Reclaimed lists dead holders whose slots this transaction took or removed.
+	// Reclaimed lists the dead holders whose slots this acquisition took or removed (set once
+	// the transaction committed).
 	Reclaimed []int64
 	// ConflictingDeclaration is the different limit another host had declared, if any.
 	ConflictingDeclaration *Declaration

@@ -166,3 +166,46 @@ func TestReleaseIsIdentityChecked(t *testing.T) {
 	require.False(t, held, "a reclaimed execution cannot renew its lease")
 	require.False(t, b.release(t, second).LeaseLost)
 }
+
+// Each acquisition reports the reclaims it made, even when several were served by one
+// transaction: the metrics count them per acquisition.
+func TestEachAcquisitionReportsOnlyItsOwnReclaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 16
+	for range n {
+		res, err := b.store.Acquire(b.ctx, b.request(n))
+		require.NoError(t, err)
+		require.Equal(t, execution.NotDenied, res.Denied)
+	}
+	// Every holder dies.
+	_, err := b.pool.Exec(b.ctx, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour'`)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	results := make([]execution.AcquireResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = b.store.Acquire(b.ctx, b.request(n))
+		}()
+	}
+	wg.Wait()
+	reported := map[int64]int{}
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, execution.NotDenied, results[i].Denied)
+		for _, id := range results[i].Reclaimed {
+			reported[id]++
+		}
+	}
+	var inDB int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.task_execution WHERE reclaimed_at IS NOT NULL`).Scan(&inDB))
+	require.Equal(t, n, inDB)
+	require.Len(t, reported, n)
+	for id, times := range reported {
+		require.Equal(t, 1, times, "execution %d reported as reclaimed by %d acquisitions", id, times)
+	}
+}

@@ -8,8 +8,7 @@ import (
 )
 
 // completeSQL ends the released executions once (a second Complete changes nothing), records
-// their End events, and reports for each whether it had been reclaimed and whether this call
-// completed it.
+// their End events, and reports for each whether it had been reclaimed.
 const completeSQL = `
 WITH r AS (SELECT * FROM unnest($1::bigint[], $2::boolean[]) AS r(id, failed)),
 u AS (
@@ -22,7 +21,7 @@ u AS (
     INSERT INTO taskling.task_execution_event (execution_id, event_type)
     SELECT id, 4 FROM u
 )
-SELECT r.id, coalesce(u.reclaimed, e.reclaimed_at IS NOT NULL, true), u.id IS NOT NULL
+SELECT r.id, coalesce(u.reclaimed, e.reclaimed_at IS NOT NULL, true)
 FROM r
 LEFT JOIN u ON u.id = r.id
 LEFT JOIN taskling.task_execution e ON e.id = r.id`
@@ -47,8 +46,6 @@ type ReleaseResult struct {
 	// LeaseLost: the slot had been taken from the execution (it was judged dead and reclaimed, or
 	// its token was removed); nothing that now belongs to another execution was touched.
 	LeaseLost bool
-	// AlreadyCompleted: an earlier release had already ended the execution.
-	AlreadyCompleted bool
 }
 
 // Release runs the release transaction, together with the other token operations this process

@@ -115,7 +115,7 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 	if err != nil {
 		return fmt.Errorf("task %s: stored token list: %w", opTaskName(ops), err)
 	}
-	before := list.String()
+	before := row.tokens
 	alive := func(id int64) bool { h, ok := holders[id]; return ok && h.alive }
 
 	var w writes
@@ -135,8 +135,9 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 		}
 	}
 
-	var reclaimed []int64
-	waiting := false // a wait-loop attempt was denied
+	var reclaimed []int64            // every reclaim of the transaction
+	ownReclaims := map[*op][]int64{} // and which acquire made it
+	waiting := false                 // a wait-loop attempt was denied
 	fence := row.fence
 	grantedRefs := map[string]bool{}
 	var declaredLimit *int
@@ -176,7 +177,7 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 			return fmt.Errorf("task %s: %w", req.TaskName, err)
 		}
 		list = next
-		reclaimed = append(reclaimed, gone...)
+		ownReclaims[o] = append(ownReclaims[o], gone...)
 
 		var grant tokens.GrantResult
 		if req.Idempotent && req.ReferenceValue != nil && (grantedRefs[*req.ReferenceValue] || anyNot(duplicates[*req.ReferenceValue], failedNow)) {
@@ -192,7 +193,7 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 			fence++
 			res.ExecutionID, res.Fence, res.TokenID = execID, fence, grant.TokenID
 			if grant.Reclaimed != 0 {
-				reclaimed = append(reclaimed, grant.Reclaimed)
+				ownReclaims[o] = append(ownReclaims[o], grant.Reclaimed)
 			}
 			holders[execID] = holder{alive: true, expiresIn: res.Effective.Threshold()}
 			if req.Idempotent && req.ReferenceValue != nil {
@@ -205,6 +206,7 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 				}
 			}
 		}
+		reclaimed = append(reclaimed, ownReclaims[o]...)
 		if res.Denied == NotDenied || req.RecordDenial {
 			res.ExecutionID = execID
 			w.addExecution(req, res)
@@ -212,13 +214,14 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 			waiting = true
 		}
 	}
-	if len(w.execIDs) == 0 && len(releases) == 0 && !waiting && list.String() == before {
+	after := list.String()
+	if len(w.execIDs) == 0 && len(releases) == 0 && !waiting && after == before {
 		return errRollback
 	}
 
 	// Round trip 2.
 	b = &pgx.Batch{}
-	b.Queue(updateTokensSQL, taskID, list.String(), fence, declaredLimit, declaredBy, waiting)
+	b.Queue(updateTokensSQL, taskID, after, fence, declaredLimit, declaredBy, waiting)
 	if len(w.execIDs) > 0 {
 		b.Queue(insertExecutionsSQL, taskID, s.opts.LibraryVersion, w.execIDs, w.hosts, w.modes, w.kai, w.kadt, w.ot,
 			w.refs, w.idempotent, w.headers, w.blocked, w.reasons, w.tokenIDs, w.fences, w.scheduledFor)
@@ -294,14 +297,13 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 		rows := mustQuery(br)
 		for rows.Next() {
 			var id int64
-			var wasReclaimed, completedNow bool
-			if err := rows.Scan(&id, &wasReclaimed, &completedNow); err != nil {
+			var wasReclaimed bool
+			if err := rows.Scan(&id, &wasReclaimed); err != nil {
 				rows.Close()
 				return err
 			}
 			if o := byID[id]; o != nil {
 				o.releaseRes.LeaseLost = o.releaseRes.LeaseLost || wasReclaimed
-				o.releaseRes.AlreadyCompleted = !completedNow
 			}
 		}
 		if err := rows.Err(); err != nil {
@@ -317,8 +319,8 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op
 		return err
 	}
 	tx.open = false
-	for _, o := range acquires {
-		o.acquireRes.Reclaimed = reclaimed
+	for o, ids := range ownReclaims {
+		o.acquireRes.Reclaimed = ids
 	}
 	return nil
 }
@@ -364,13 +366,13 @@ func anyNot(ids []int64, except map[int64]bool) bool {
 }
 
 func opTaskName(ops []*op) string {
-	for _, o := range ops {
-		if o.acquire != nil {
-			return o.acquire.TaskName
-		}
-		return o.release.TaskName
+	if len(ops) == 0 {
+		return ""
 	}
-	return ""
+	if a := ops[0].acquire; a != nil {
+		return a.TaskName
+	}
+	return ops[0].release.TaskName
 }
 
 // writes collects the rows the second round trip inserts, as column arrays.

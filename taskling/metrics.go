@@ -126,7 +126,7 @@ func (m *Metrics) acquired(req execution.AcquireRequest, res execution.AcquireRe
 	if err != nil {
 		return
 	}
-	if res.ExecutionID != 0 && len(res.Reclaimed) > 0 { // written: the reclaims were committed
+	if len(res.Reclaimed) > 0 { // set only when the reclaims were committed
 		m.reclaims.WithLabelValues(req.TaskName).Add(float64(len(res.Reclaimed)))
 	}
 	switch {
