@@ -110,6 +110,10 @@ func TestBadSettingsAreErrorsNamingTheField(t *testing.T) {
 		require.Contains(t, err.Error(), tc.field)
 	}
 
+	_, err := taskling.NewClient(pool, &taskling.Config{MaxPollInterval: 31 * time.Second})
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "MaxPollInterval", "a waiter's mark lasts 60 s: polls must come within 30 s")
+
 	b := setup(t, nil)
 	for _, tc := range []struct {
 		update taskling.SettingsUpdate
@@ -127,7 +131,7 @@ func TestBadSettingsAreErrorsNamingTheField(t *testing.T) {
 
 	// A source returning a bad value fails the start, naming the field and the task.
 	bad := newClient(t, b.pool, &taskling.Config{Settings: taskling.StaticSettings{"app/task": {KeepAliveDeathThreshold: time.Second}}})
-	_, err := bad.StartExecution(b.ctx, "app", "task", nil)
+	_, err = bad.StartExecution(b.ctx, "app", "task", nil)
 	require.ErrorIs(t, err, taskling.ErrInvalidSettings)
 	require.Contains(t, err.Error(), "KeepAliveDeathThreshold")
 }
