@@ -158,32 +158,67 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 
 // Check runs every check on h.
 func Check(h History) Report {
-	r := Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{}}
-	grants := make(map[int64]*Grant, len(h.Grants))
+	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{}},
+		changes: map[string][]LimitChange{}}
+	c.index()
+	byTask := c.holdIntervals()
+	for _, ch := range h.Limits {
+		c.changes[ch.Task] = append(c.changes[ch.Task], ch)
+	}
+	c.checkOverlap(byTask)
+	c.checkFences()
+	c.checkEnds()
+	c.checkTokens()
+	c.checkOutages()
+	c.checkShortPauses()
+	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
+	return c.r
+}
+
+// checkRun is one Check: the history, its indexes and the report being written.
+type checkRun struct {
+	h       History
+	r       Report
+	grants  map[int64]*Grant
+	holds   map[int64]*Hold
+	changes map[string][]LimitChange // per task, in recorded order
+}
+
+// interval is when a holder held its slot.
+type interval struct {
+	exec       int64
+	start, end time.Time
+}
+
+// index maps grants and holds by execution, reporting duplicates.
+func (c *checkRun) index() {
+	h, r := c.h, &c.r
+	c.grants = make(map[int64]*Grant, len(h.Grants))
 	for i := range h.Grants {
 		g := &h.Grants[i]
-		if _, dup := grants[g.Exec]; dup {
+		if _, dup := c.grants[g.Exec]; dup {
 			r.add("b", g.Task, g.Exec, "execution granted twice in the database history")
 		}
-		grants[g.Exec] = g
+		c.grants[g.Exec] = g
 	}
-	holds := make(map[int64]*Hold, len(h.Holds))
+	c.holds = make(map[int64]*Hold, len(h.Holds))
 	for i := range h.Holds {
 		hd := &h.Holds[i]
-		if _, dup := holds[hd.Exec]; dup {
+		if _, dup := c.holds[hd.Exec]; dup {
 			r.add("b", hd.Task, hd.Exec, "two ledger holds of one execution")
 			continue
 		}
-		holds[hd.Exec] = hd
+		c.holds[hd.Exec] = hd
 	}
+}
 
-	type interval struct {
-		exec       int64
-		start, end time.Time
-	}
+// holdIntervals matches each ledger hold with its grant (checks b, c and e on the pair) and
+// returns, per task, the intervals during which holders worked.
+func (c *checkRun) holdIntervals() map[string][]interval {
+	h, r := c.h, &c.r
 	byTask := map[string][]interval{}
 	for _, hd := range h.Holds {
-		g, ok := grants[hd.Exec]
+		g, ok := c.grants[hd.Exec]
 		if !ok {
 			r.add("c", hd.Task, hd.Exec, "the ledger holds a slot the database never granted")
 			continue
@@ -226,12 +261,13 @@ func Check(h History) Report {
 		r.Holders[hd.Task]++
 		byTask[hd.Task] = append(byTask[hd.Task], interval{exec: hd.Exec, start: g.GrantedAt, end: end})
 	}
+	return byTask
+}
 
-	// (a) Overlap: sweep each task's intervals; ends sort before starts at the same instant.
-	changes := map[string][]LimitChange{}
-	for _, c := range h.Limits {
-		changes[c.Task] = append(changes[c.Task], c)
-	}
+// checkOverlap is check (a): it sweeps each task's intervals (ends sort before starts at the
+// same instant) and compares the holders at each grant with the limit that grant saw.
+func (c *checkRun) checkOverlap(byTask map[string][]interval) {
+	r := &c.r
 	for task, ivs := range byTask {
 		type ev struct {
 			at    time.Time
@@ -248,12 +284,12 @@ func Check(h History) Report {
 			}
 			return !evs[i].start && evs[j].start
 		})
-		initial, ok := h.InitialLimit[task]
+		initial, ok := c.h.InitialLimit[task]
 		if !ok {
 			r.add("a", task, 0, "no initial limit known for the task")
 			continue
 		}
-		cs := changes[task]
+		cs := c.changes[task]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Start.Before(cs[j].Start) })
 		active := map[int64]bool{}
 		for _, e := range evs {
@@ -274,10 +310,14 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
 
-	// (b) Fences strictly increase in grant order.
+// checkFences is check (b): fences strictly increase in grant order, and the task row's fence
+// counts the grants.
+func (c *checkRun) checkFences() {
+	r := &c.r
 	perTask := map[string][]*Grant{}
-	for _, g := range grants {
+	for _, g := range c.grants {
 		perTask[g.Task] = append(perTask[g.Task], g)
 	}
 	for task, gs := range perTask {
@@ -288,7 +328,7 @@ func Check(h History) Report {
 					gs[i].Fence, ts(gs[i].GrantedAt), gs[i-1].Fence, gs[i-1].Exec, ts(gs[i-1].GrantedAt))
 			}
 		}
-		if st, ok := h.After[task]; ok {
+		if st, ok := c.h.After[task]; ok {
 			if n := int64(len(gs)); st.Fence != n {
 				r.add("d", task, 0, "task row fence is %d but the database recorded %d grants", st.Fence, n)
 			}
@@ -297,10 +337,13 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
 
-	// (c) Every grant ends, and a reclaim took a dead holder's slot.
-	for _, g := range h.Grants {
-		if _, ok := holds[g.Exec]; !ok {
+// checkEnds is check (c): every grant ends, and a reclaim took only a dead holder's slot.
+func (c *checkRun) checkEnds() {
+	r := &c.r
+	for _, g := range c.h.Grants {
+		if _, ok := c.holds[g.Exec]; !ok {
 			r.Unrecorded[g.Task]++
 		}
 		if g.CompletedAt.IsZero() && g.ReclaimedAt.IsZero() {
@@ -312,9 +355,12 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
 
-	// (d) The token lists agree with the grants.
-	for task, st := range h.Before {
+// checkTokens is check (d): the token lists agree with the grants, before and after the sweep.
+func (c *checkRun) checkTokens() {
+	r := &c.r
+	for task, st := range c.h.Before {
 		got := st.Tokens.Grantees()
 		slices.Sort(got)
 		want := slices.Clone(st.Open)
@@ -323,26 +369,29 @@ func Check(h History) Report {
 			r.add("d", task, 0, "before the sweep the token list holds %v but the open executions are %v", got, want)
 		}
 	}
-	for task, st := range h.After {
+	for task, st := range c.h.After {
 		if g := st.Tokens.Grantees(); len(g) > 0 {
 			r.add("d", task, 0, "after the sweep tokens are still held by %v", g)
 		}
 		if len(st.Open) > 0 {
 			r.add("d", task, 0, "after the sweep executions are still open: %v", st.Open)
 		}
-		final := LimitFor(h.InitialLimit[task], changes[task], time.Now().Add(24*time.Hour))
+		final := LimitFor(c.h.InitialLimit[task], c.changes[task], time.Now().Add(24*time.Hour))
 		if n := len(st.Tokens.Tokens); n != final {
 			r.add("d", task, 0, "after the sweep the task has %d tokens, limit %d", n, final)
 		}
 	}
+}
 
-	// (f) Outages and short pauses.
+// checkOutages is check (f) for holders cut off longer than their lease: they stopped within it.
+func (c *checkRun) checkOutages() {
+	h, r := c.h, &c.r
 	for _, w := range h.Outages {
 		if w.End.Sub(w.Start) < h.LeaseTTL {
 			continue
 		}
 		for _, hd := range h.Holds {
-			g, ok := grants[hd.Exec]
+			g, ok := c.grants[hd.Exec]
 			if !ok || (w.Host != "" && hd.Host != w.Host) || !g.GrantedAt.Before(w.Start) || hd.StopAt.IsZero() || !hd.StopAt.After(w.Start) {
 				continue // another host's, granted later, killed, or stopped before the outage
 			}
@@ -352,9 +401,14 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
+
+// checkShortPauses is check (f) for pauses shorter than the lease: they caused nothing.
+func (c *checkRun) checkShortPauses() {
+	h, r := c.h, &c.r
 	for _, w := range h.ShortPauses {
 		for _, hd := range h.Holds {
-			g, ok := grants[hd.Exec]
+			g, ok := c.grants[hd.Exec]
 			if !ok || hd.Host != w.Host || !g.GrantedAt.Before(w.Start) {
 				continue
 			}
@@ -370,8 +424,6 @@ func Check(h History) Report {
 			}
 		}
 	}
-	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].Check < r.Violations[j].Check })
-	return r
 }
 
 // holdEnd is when a holder stopped holding: its recorded stop (zero if it never worked), else its
