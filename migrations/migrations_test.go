@@ -6,17 +6,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/taskling-go/taskling/internal/pgtest"
 	"github.com/taskling-go/taskling/migrations"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 func appliedRows(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()

@@ -7,21 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/taskling-go/taskling/internal/pgtest"
 	"github.com/taskling-go/taskling/taskling"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// pgxpool's health checker and pgx's context watchers end shortly after Close.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 type testBundle struct {
 	ctx    context.Context

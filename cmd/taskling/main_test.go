@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/internal/pgtest"
@@ -24,12 +25,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-	)
-}
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // cli runs one command line in-process against url and returns its exit code and output.
 func cli(t *testing.T, url string, args ...string) (code int, stdout, stderr string) {

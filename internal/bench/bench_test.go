@@ -7,14 +7,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/taskling-go/taskling/internal/testutil"
 
 	"github.com/taskling-go/taskling/internal/bench"
 	"github.com/taskling-go/taskling/internal/pgtest"
 	"github.com/taskling-go/taskling/taskling"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // TestShortProfile runs every scenario of `make bench` briefly: it proves the benchmark works and
 // that no scenario ever sees more holders than the limit. Throughput is not asserted here.

@@ -14,14 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 // testOptions gives a test its own cluster directory, so that stopping and crashing it never
 // disturbs the shared cluster other packages' tests use, and removes it (stopped) at the end.

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 func currentDatabase(t *testing.T, pool *pgxpool.Pool) string {
 	t.Helper()
