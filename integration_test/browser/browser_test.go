@@ -1,4 +1,7 @@
-package httpapi_test
+// Package browser tests the dashboard in a real browser: headless Chromium driven by chromedp. It
+// lives in the integration_test module so that the root module's tests need only Go and
+// PostgreSQL.
+package browser_test
 
 import (
 	"context"
@@ -11,13 +14,25 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/dashboard"
 	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/testutil"
 	"github.com/taskling-go/taskling/taskling"
 )
+
+func TestMain(m *testing.M) {
+	// httptest's server closes idle keep-alive connections asynchronously.
+	testutil.VerifyNoLeaks(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+}
+
+const token = "s3cret-token-for-the-browser-test"
+
+var fast = taskling.TaskSettings{KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}
 
 // chromium finds Debian's chromium. Without it the test fails (CI installs it, see .ci/run),
 // unless TASKLING_SKIP_BROWSER=1 says to skip it on a local machine without a browser (never
@@ -52,7 +67,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
-	h, err := httpapi.New(client, &httpapi.Options{Token: token, RefreshInterval: 250 * time.Millisecond})
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: 250 * time.Millisecond})
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
