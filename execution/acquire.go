@@ -2,7 +2,6 @@ package execution
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -10,17 +9,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// aliveSQL judges a task_execution row on the DB clock at this moment. It is the one predicate of
-// liveness: a holder is dead strictly after its threshold.
-const aliveSQL = `(CASE death_mode
-    WHEN 1 THEN clock_timestamp() - last_keep_alive <= keep_alive_death_threshold
-    ELSE clock_timestamp() - started_at <= override_threshold END)`
+// aliveSQL judges the task_execution row aliased e on the DB clock at this moment. It is the one
+// predicate of liveness: a holder is dead strictly after its threshold.
+var aliveSQL = fmt.Sprintf(`(CASE e.death_mode
+    WHEN %d THEN clock_timestamp() - e.last_keep_alive <= e.keep_alive_death_threshold
+    ELSE clock_timestamp() - e.started_at <= e.override_threshold END)`, modeKeepAlive)
 
-// expiresInSQL is how long from now, on the DB clock, until the row's holder may be judged dead,
-// in microseconds (negative once dead).
-const expiresInSQL = `(extract(epoch FROM (CASE death_mode
-    WHEN 1 THEN last_keep_alive + keep_alive_death_threshold
-    ELSE started_at + override_threshold END) - clock_timestamp()) * 1000000)::bigint`
+// expiresInSQL is how long from now, on the DB clock, until the holder e may be judged dead, in
+// microseconds (negative once dead).
+var expiresInSQL = fmt.Sprintf(`(extract(epoch FROM (CASE e.death_mode
+    WHEN %d THEN e.last_keep_alive + e.keep_alive_death_threshold
+    ELSE e.started_at + e.override_threshold END) - clock_timestamp()) * 1000000)::bigint`, modeKeepAlive)
+
+// mayHoldSQL selects the executions e that may still hold a slot: granted, neither completed
+// nor reclaimed. task_execution_holders_idx has the same predicate.
+const mayHoldSQL = `e.completed_at IS NULL AND e.token_id IS NOT NULL AND e.reclaimed_at IS NULL`
 
 // lockTaskSQL is the first write of every token transaction: it takes the task row's lock before
 // anything is read, reserves an execution id and returns the row as it is under the lock.
@@ -37,18 +40,18 @@ const moreIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM genera
 
 // holdersSQL lists the executions that may hold a slot of the task, with their liveness judged
 // while the row lock is held. Served by task_execution_holders_idx.
-const holdersSQL = `
-SELECT id, ` + aliveSQL + `, ` + expiresInSQL + `
-FROM taskling.task_execution
-WHERE task_id = $1 AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL`
+var holdersSQL = `
+SELECT e.id, ` + aliveSQL + `, ` + expiresInSQL + `
+FROM taskling.task_execution e
+WHERE e.task_id = $1 AND ` + mayHoldSQL
 
 // duplicatesSQL finds executions of the task with one of the reference values that succeeded or
 // are still running and alive. Served by task_execution_reference_idx.
-const duplicatesSQL = `
-SELECT id, reference_value FROM taskling.task_execution
-WHERE task_id = $1 AND reference_value = ANY($2) AND token_id IS NOT NULL
-  AND NOT blocked AND NOT failed AND reclaimed_at IS NULL
-  AND (completed_at IS NOT NULL OR ` + aliveSQL + `)`
+var duplicatesSQL = `
+SELECT e.id, e.reference_value FROM taskling.task_execution e
+WHERE e.task_id = $1 AND e.reference_value = ANY($2) AND e.token_id IS NOT NULL
+  AND NOT e.blocked AND NOT e.failed AND e.reclaimed_at IS NULL
+  AND (e.completed_at IS NOT NULL OR ` + aliveSQL + `)`
 
 const updateTokensSQL = `
 UPDATE taskling.task_definition
@@ -84,23 +87,25 @@ ORDER BY e.n`
 // under its own row lock: a holder that renewed its lease since the read aborts the transaction
 // (with a serialization failure, so it is retried and sees the holder alive). This is what keeps
 // READ COMMITTED safe; under SERIALIZABLE PostgreSQL would catch it too.
-const reclaimSQL = `
+var reclaimSQL = `
 WITH r AS (
-    UPDATE taskling.task_execution SET reclaimed_at = clock_timestamp()
-    WHERE id = ANY($1) AND completed_at IS NULL AND reclaimed_at IS NULL
-    RETURNING id, ` + aliveSQL + ` AS alive
+    UPDATE taskling.task_execution e SET reclaimed_at = clock_timestamp()
+    WHERE e.id = ANY($1) AND e.completed_at IS NULL AND e.reclaimed_at IS NULL
+    RETURNING e.id, ` + aliveSQL + ` AS alive
 )
 SELECT count(*) FILTER (WHERE NOT alive OR taskling.serialization_conflict('execution ' || id || ' renewed its lease while being reclaimed'))
 FROM r`
 
-// Event types stored in task_execution_event.event_type.
+// Event types stored in task_execution_event.event_type, and their names.
 const (
-	EventStart      int16 = 1
-	EventCheckpoint int16 = 2
-	EventError      int16 = 3
-	EventEnd        int16 = 4
-	EventBlocked    int16 = 5
+	eventStart      int16 = 1
+	eventCheckpoint int16 = 2
+	eventError      int16 = 3
+	eventEnd        int16 = 4
+	eventBlocked    int16 = 5
 )
+
+var eventNames = map[int16]string{eventStart: "start", eventCheckpoint: "checkpoint", eventError: "error", eventEnd: "end", eventBlocked: "blocked"}
 
 // DenyReason says why an acquisition was not granted.
 type DenyReason int
@@ -164,21 +169,16 @@ type Declaration struct {
 	Host  string
 }
 
-type holder struct {
-	alive     bool
-	expiresIn time.Duration
-}
-
-// Acquire runs the acquire transaction (DESIGN §5), together with the other token operations
+// Acquire runs the acquire transaction, together with the other token operations
 // this process has queued on the task. It returns an error only when the transaction failed; a
 // denial is a result.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
-	o := &op{acquire: &req, ctx: ctx}
+	o := &op{request: request{acquire: &req}, ctx: ctx}
 	s.submit(req.TaskID, o)
-	if o.err != nil {
-		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, o.err)
+	if err := o.err(); err != nil {
+		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, err)
 	}
-	return o.acquireRes, nil
+	return o.outcome.acquire, nil
 }
 
 func denyMessage(r DenyReason, limit int) string {
@@ -191,9 +191,6 @@ func denyMessage(r DenyReason, limit int) string {
 	return "denied"
 }
 
-// errRollback ends a transaction that must write nothing; Acquire turns it into a result.
-var errRollback = errors.New("rollback")
-
 const insertBlockedSQL = `
 WITH ins AS (
     INSERT INTO taskling.task_execution (
@@ -205,7 +202,7 @@ WITH ins AS (
     RETURNING id
 )
 INSERT INTO taskling.task_execution_event (execution_id, event_type, message)
-SELECT id, e.t, e.m FROM ins, unnest(ARRAY[1, 5, 4]::smallint[], ARRAY[NULL, $10, NULL]::text[]) WITH ORDINALITY AS e(t, m, n)
+SELECT id, e.t, e.m FROM ins, unnest($13::smallint[], ARRAY[NULL, $10, NULL]::text[]) WITH ORDINALITY AS e(t, m, n)
 ORDER BY e.n
 RETURNING execution_id`
 
@@ -217,9 +214,10 @@ func (s *Store) RecordBlocked(ctx context.Context, req AcquireRequest, reason st
 	if req.Header != nil {
 		header = string(req.Header)
 	}
-	rows, err := s.pool.Query(ctx, insertBlockedSQL, req.TaskID, req.Host, int16(d.DeathMode),
+	rows, err := s.pool.Query(ctx, insertBlockedSQL, req.TaskID, req.Host, d.DeathMode,
 		d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold,
-		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion)
+		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion,
+		[]int16{eventStart, eventBlocked, eventEnd})
 	if err != nil {
 		return 0, fmt.Errorf("execution: record blocked attempt of %s: %w", req.TaskName, err)
 	}
@@ -231,4 +229,77 @@ func (s *Store) RecordBlocked(ctx context.Context, req AcquireRequest, reason st
 		return 0, nil
 	}
 	return ids[0], nil
+}
+
+// executionRows are the rows the second round trip inserts, as column arrays.
+type executionRows struct {
+	ids          []int64
+	hosts        []string
+	modes        []int16
+	kai, kadt    []time.Duration
+	ot           []time.Duration
+	refs         []*string
+	idempotent   []bool
+	headers      []*string
+	blocked      []bool
+	reasons      []*string
+	tokenIDs     []*string
+	fences       []*int64
+	scheduledFor []*time.Time
+
+	eventExec []int64
+	eventType []int16
+	eventMsg  []*string
+}
+
+// executionRows collects the execution rows and their events that plan inserts.
+func (s *Store) executionRows(reqs []request, plan *txPlan) *executionRows {
+	w := &executionRows{}
+	for _, i := range plan.inserts {
+		w.add(reqs[i].acquire, &plan.outcomes[i].acquire)
+	}
+	return w
+}
+
+func (w *executionRows) args(taskID int64, version string) []any {
+	return []any{taskID, version, w.ids, w.hosts, w.modes, w.kai, w.kadt, w.ot,
+		w.refs, w.idempotent, w.headers, w.blocked, w.reasons, w.tokenIDs, w.fences, w.scheduledFor}
+}
+
+func (w *executionRows) add(req *AcquireRequest, res *AcquireResult) {
+	e := res.Effective
+	w.ids = append(w.ids, res.ExecutionID)
+	w.hosts = append(w.hosts, req.Host)
+	w.modes = append(w.modes, e.DeathMode)
+	w.kai = append(w.kai, e.KeepAliveInterval)
+	w.kadt = append(w.kadt, e.KeepAliveDeathThreshold)
+	w.ot = append(w.ot, e.OverrideThreshold)
+	w.refs = append(w.refs, req.ReferenceValue)
+	w.idempotent = append(w.idempotent, req.Idempotent)
+	var header *string
+	if req.Header != nil {
+		h := string(req.Header)
+		header = &h
+	}
+	w.headers = append(w.headers, header)
+	w.scheduledFor = append(w.scheduledFor, req.ScheduledFor)
+	w.eventExec = append(w.eventExec, res.ExecutionID)
+	w.eventType = append(w.eventType, eventStart)
+	w.eventMsg = append(w.eventMsg, nil)
+	if res.Denied == NotDenied {
+		token, fence := res.TokenID.String(), res.Fence
+		w.blocked = append(w.blocked, false)
+		w.reasons = append(w.reasons, nil)
+		w.tokenIDs = append(w.tokenIDs, &token)
+		w.fences = append(w.fences, &fence)
+		return
+	}
+	reason := denyMessage(res.Denied, e.ConcurrencyLimit)
+	w.blocked = append(w.blocked, true)
+	w.reasons = append(w.reasons, &reason)
+	w.tokenIDs = append(w.tokenIDs, nil)
+	w.fences = append(w.fences, nil)
+	w.eventExec = append(w.eventExec, res.ExecutionID, res.ExecutionID)
+	w.eventType = append(w.eventType, eventBlocked, eventEnd)
+	w.eventMsg = append(w.eventMsg, &reason, nil)
 }

@@ -1,6 +1,8 @@
 package execution
 
 import (
+	"github.com/taskling-go/taskling/internal/backoff"
+
 	"context"
 	"errors"
 	"sync"
@@ -13,18 +15,24 @@ const maxBatch = 64
 
 // op is one acquire or release waiting for a token transaction.
 type op struct {
-	acquire *AcquireRequest
-	release *ReleaseRequest
-	ctx     context.Context
+	request
+	ctx context.Context
 
-	acquireRes AcquireResult
-	releaseRes ReleaseResult
-	err        error
+	outcome outcome
+	failure error // the transaction failed, or ctx ended while queued
 
 	done   chan struct{} // closed when the op's result is set
 	lead   chan struct{} // closed when this op's goroutine must run the next batch
 	leader bool          // guarded by combiner.mu
 	taken  bool          // guarded by combiner.mu: in a batch in flight
+}
+
+// err is the op's error: its own, or its transaction's.
+func (o *op) err() error {
+	if o.failure != nil {
+		return o.failure
+	}
+	return o.outcome.err
 }
 
 // combiner queues one process's token operations on one task. One goroutine at a time — the
@@ -87,7 +95,7 @@ func (s *Store) submit(taskID int64, o *op) {
 			}
 		}
 		c.mu.Unlock()
-		o.err = o.ctx.Err()
+		o.failure = o.ctx.Err()
 	}
 }
 
@@ -97,7 +105,7 @@ func (s *Store) leadFor(taskID int64, c *combiner, o *op) {
 	select {
 	case <-o.done:
 	default: // never expected; fail loudly rather than report an empty result as a grant
-		o.err = errors.New("execution: internal error: request was not served by its own batch")
+		o.failure = errors.New("execution: internal error: request was not served by its own batch")
 	}
 }
 
@@ -159,10 +167,10 @@ func (s *Store) runBatch(taskID int64, batch []*op) {
 	for attempt := 0; ; attempt++ {
 		live := batch[:0:0]
 		for _, o := range batch {
-			if err := o.ctx.Err(); err != nil && o.err == nil {
-				o.err = err
+			if err := o.ctx.Err(); err != nil && o.err() == nil {
+				o.failure = err
 			}
-			if o.err == nil {
+			if o.err() == nil {
 				live = append(live, o)
 			}
 		}
@@ -177,22 +185,23 @@ func (s *Store) runBatch(taskID int64, batch []*op) {
 			s.operations.Add(int64(len(live)))
 			return
 		}
-		if !IsRetryable(err) {
-			for _, o := range live {
-				if o.err == nil {
-					o.err = err
-				}
-			}
+		if !isRetryable(err) {
+			failAll(live, err)
 			return
 		}
 		s.retries.Add(1)
-		if berr := backoff(ctx, attempt, time.Millisecond, 50*time.Millisecond); berr != nil {
-			for _, o := range live {
-				if o.err == nil {
-					o.err = err
-				}
-			}
+		if berr := backoff.Sleep(ctx, attempt, time.Millisecond, 50*time.Millisecond); berr != nil {
+			failAll(live, err)
 			return
+		}
+	}
+}
+
+// failAll gives err to every op that has no error of its own.
+func failAll(ops []*op, err error) {
+	for _, o := range ops {
+		if o.err() == nil {
+			o.failure = err
 		}
 	}
 }

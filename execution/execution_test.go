@@ -9,13 +9,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
+
+	"github.com/taskling-go/taskling/internal/testutil"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 type testBundle struct {
 	ctx    context.Context
@@ -38,7 +39,7 @@ func setup(t *testing.T) *testBundle {
 func (b *testBundle) request(limit int) execution.AcquireRequest {
 	return execution.AcquireRequest{
 		TaskID: b.taskID, TaskName: "app/task", Host: "h", RecordDenial: true,
-		Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: execution.DeathModeKeepAlive,
+		Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
 			KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second},
 	}
 }
@@ -108,7 +109,7 @@ func (b *testBundle) listen(t *testing.T) *pgx.Conn {
 	conn, err := pgx.Connect(b.ctx, b.url)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	_, err = conn.Exec(b.ctx, "LISTEN "+execution.NotifyChannel)
+	_, err = conn.Exec(b.ctx, "LISTEN "+execution.NotifyChannelForTest)
 	require.NoError(t, err)
 	return conn
 }

@@ -22,20 +22,20 @@ func (s *Store) Heartbeat(ctx context.Context, executionID int64) (held bool, er
 	return tag.RowsAffected() == 1, nil
 }
 
-const addEventSQL = `
-INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, $2, $3)`
+var checkpointSQL = fmt.Sprintf(`
+INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, %d, $2)`, eventCheckpoint)
 
-// AddEvent records an event (Checkpoint, Error, …) of an execution.
-func (s *Store) AddEvent(ctx context.Context, executionID int64, eventType int16, message string) error {
-	if _, err := s.pool.Exec(ctx, addEventSQL, executionID, eventType, message); err != nil {
-		return fmt.Errorf("execution: record event of execution %d: %w", executionID, err)
+// Checkpoint records a Checkpoint event of an execution.
+func (s *Store) Checkpoint(ctx context.Context, executionID int64, message string) error {
+	if _, err := s.pool.Exec(ctx, checkpointSQL, executionID, message); err != nil {
+		return fmt.Errorf("execution: record checkpoint of execution %d: %w", executionID, err)
 	}
 	return nil
 }
 
-const recordErrorSQL = `
+var recordErrorSQL = fmt.Sprintf(`
 WITH u AS (UPDATE taskling.task_execution SET failed = failed OR $3 WHERE id = $1)
-INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, 3, $2)`
+INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, %d, $2)`, eventError)
 
 // RecordError records an Error event, and marks the execution failed if failed is true.
 func (s *Store) RecordError(ctx context.Context, executionID int64, message string, failed bool) error {

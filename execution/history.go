@@ -7,27 +7,18 @@ import (
 	"time"
 
 	"github.com/georgysavva/scany/v2/pgxscan"
+	"github.com/jackc/pgx/v5"
 )
 
-// Execution statuses, derived from an execution row on the DB clock.
-const (
-	StatusInProgress = "in_progress"
-	StatusCompleted  = "completed"
-	StatusFailed     = "failed"
-	StatusBlocked    = "blocked"
-	StatusDead       = "dead"
-)
-
-// statusSQL derives an execution's status. A reclaimed execution is dead even if it later
-// completed: its slot was given to another while it may have been running.
-const statusSQL = `(CASE
+// statusSQL derives the status of execution e: in_progress, completed, failed, blocked or dead
+// (taskling.Status's values). A reclaimed execution is dead even if it later completed: its slot
+// was given to another while it may have been running.
+var statusSQL = `(CASE
     WHEN e.blocked THEN 'blocked'
     WHEN e.reclaimed_at IS NOT NULL THEN 'dead'
     WHEN e.completed_at IS NOT NULL AND e.failed THEN 'failed'
     WHEN e.completed_at IS NOT NULL THEN 'completed'
-    WHEN (CASE e.death_mode
-            WHEN 1 THEN clock_timestamp() - e.last_keep_alive <= e.keep_alive_death_threshold
-            ELSE clock_timestamp() - e.started_at <= e.override_threshold END) THEN 'in_progress'
+    WHEN ` + aliveSQL + ` THEN 'in_progress'
     ELSE 'dead' END)`
 
 // ExecutionRow is one execution as the history queries return it.
@@ -39,7 +30,6 @@ type ExecutionRow struct {
 	CompletedAt    *time.Time      `db:"completed_at"`
 	LastKeepAlive  time.Time       `db:"last_keep_alive"`
 	Host           string          `db:"host_name"`
-	DeathMode      DeathMode       `db:"death_mode"`
 	ReferenceValue *string         `db:"reference_value"`
 	Header         json.RawMessage `db:"header"`
 	Failed         bool            `db:"failed"`
@@ -53,13 +43,13 @@ type ExecutionRow struct {
 	LibraryVersion string          `db:"library_version"`
 }
 
-const executionColumns = `e.id, e.task_id, ` + statusSQL + ` AS status, e.started_at, e.completed_at,
-    e.last_keep_alive, e.host_name, e.death_mode, e.reference_value, e.header, e.failed, e.blocked,
+var executionColumns = `e.id, e.task_id, ` + statusSQL + ` AS status, e.started_at, e.completed_at,
+    e.last_keep_alive, e.host_name, e.reference_value, e.header, e.failed, e.blocked,
     e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for, e.reclaimed_at,
     e.library_version`
 
 // lastExecutionsSQL is served by task_execution_task_id_idx (task_id, id DESC).
-const lastExecutionsSQL = `
+var lastExecutionsSQL = `
 SELECT ` + executionColumns + `
 FROM taskling.task_execution e
 WHERE e.task_id = $1
@@ -75,11 +65,20 @@ func (s *Store) LastExecutions(ctx context.Context, taskID int64, n int) ([]Exec
 	return out, nil
 }
 
-const executionSQL = `SELECT ` + executionColumns + ` FROM taskling.task_execution e WHERE e.id = $1`
+var executionSQL = `SELECT ` + executionColumns + `, d.application_name, d.task_name
+FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+WHERE e.id = $1`
+
+// ExecutionOfTask is an execution with the names of its task.
+type ExecutionOfTask struct {
+	ExecutionRow
+	Application string `db:"application_name"`
+	Task        string `db:"task_name"`
+}
 
 // Execution returns one execution, or ok=false if there is none with that id.
-func (s *Store) Execution(ctx context.Context, id int64) (row ExecutionRow, ok bool, err error) {
-	var out []ExecutionRow
+func (s *Store) Execution(ctx context.Context, id int64) (row ExecutionOfTask, ok bool, err error) {
+	var out []ExecutionOfTask
 	if err := pgxscan.Select(ctx, s.pool, &out, executionSQL, id); err != nil {
 		return row, false, fmt.Errorf("execution: execution %d: %w", id, err)
 	}
@@ -91,17 +90,26 @@ func (s *Store) Execution(ctx context.Context, id int64) (row ExecutionRow, ok b
 
 // Event is one event of an execution.
 type Event struct {
-	ID         int64     `db:"id"`
-	Type       int16     `db:"event_type"`
-	Message    *string   `db:"message"`
-	OccurredAt time.Time `db:"occurred_at"`
+	// Type is start, checkpoint, error, end or blocked (taskling.EventType's values).
+	Type       string
+	Message    string
+	OccurredAt time.Time
 }
 
 // Events returns an execution's events in the order they happened.
 func (s *Store) Events(ctx context.Context, executionID int64) ([]Event, error) {
-	var out []Event
-	err := pgxscan.Select(ctx, s.pool, &out,
-		`SELECT id, event_type, message, occurred_at FROM taskling.task_execution_event WHERE execution_id = $1 ORDER BY id`, executionID)
+	rows, err := s.pool.Query(ctx,
+		`SELECT event_type, coalesce(message, ''), occurred_at FROM taskling.task_execution_event WHERE execution_id = $1 ORDER BY id`, executionID)
+	if err != nil {
+		return nil, fmt.Errorf("execution: events of execution %d: %w", executionID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
+		var e Event
+		var code int16
+		err := row.Scan(&code, &e.Message, &e.OccurredAt)
+		e.Type = eventNames[code]
+		return e, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("execution: events of execution %d: %w", executionID, err)
 	}

@@ -1,6 +1,8 @@
 package execution
 
 import (
+	"github.com/taskling-go/taskling/internal/backoff"
+
 	"context"
 	"strconv"
 	"sync"
@@ -101,7 +103,7 @@ func (n *Notifier) run() {
 		}
 		readyOnce() // do not keep subscribers waiting while the database is away
 		n.wakeAll() // anything may have been missed while disconnected
-		if backoff(n.ctx, attempt, 100*time.Millisecond, 5*time.Second) != nil {
+		if backoff.Sleep(n.ctx, attempt, 100*time.Millisecond, 5*time.Second) != nil {
 			return
 		}
 	}
@@ -120,7 +122,7 @@ func (n *Notifier) listen(ready func()) bool {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(n.ctx, "LISTEN "+NotifyChannel); err != nil {
+	if _, err := conn.Exec(n.ctx, "LISTEN "+notifyChannel); err != nil {
 		return false
 	}
 	ready()

@@ -3,8 +3,6 @@ package execution
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // setOverridesSQL sets the given overrides (a NULL parameter leaves a column as it is) and wakes
@@ -22,7 +20,7 @@ WITH u AS (
     WHERE id = $1
     RETURNING id
 )
-SELECT pg_notify('` + NotifyChannel + `', id::text) FROM u`
+SELECT pg_notify('` + notifyChannel + `', id::text) FROM u`
 
 const clearOverridesSQL = `
 WITH u AS (
@@ -33,7 +31,7 @@ WITH u AS (
     WHERE id = $1
     RETURNING id
 )
-SELECT pg_notify('` + NotifyChannel + `', id::text) FROM u`
+SELECT pg_notify('` + notifyChannel + `', id::text) FROM u`
 
 // SetOverrides stores an operator's overrides in the task row; nil fields are left as they are.
 // The next acquisition on every host obeys them.
@@ -41,12 +39,7 @@ func (s *Store) SetOverrides(ctx context.Context, taskID int64, o Overrides) err
 	if err := o.ValidateFields(); err != nil {
 		return err
 	}
-	var mode *int16
-	if o.DeathMode != nil {
-		m := int16(*o.DeathMode)
-		mode = &m
-	}
-	_, err := s.pool.Exec(ctx, setOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, mode,
+	_, err := s.pool.Exec(ctx, setOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode,
 		o.KeepAliveInterval, o.KeepAliveDeathThreshold, o.OverrideThreshold)
 	if err != nil {
 		return fmt.Errorf("execution: set overrides of task %d: %w", taskID, err)
@@ -60,26 +53,4 @@ func (s *Store) ClearOverrides(ctx context.Context, taskID int64) error {
 		return fmt.Errorf("execution: clear overrides of task %d: %w", taskID, err)
 	}
 	return nil
-}
-
-// Overrides reads the operator overrides of a task.
-func (s *Store) Overrides(ctx context.Context, taskID int64) (Overrides, error) {
-	var o Overrides
-	var mode *int16
-	err := s.pool.QueryRow(ctx, `
-SELECT concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold,
-       override_threshold, overrides_updated_at
-FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&o.ConcurrencyLimit, &o.Enabled, &mode,
-		&o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold, &o.UpdatedAt)
-	if err == pgx.ErrNoRows {
-		return o, nil
-	}
-	if err != nil {
-		return o, fmt.Errorf("execution: overrides of task %d: %w", taskID, err)
-	}
-	if mode != nil {
-		m := DeathMode(*mode)
-		o.DeathMode = &m
-	}
-	return o, nil
 }

@@ -9,7 +9,7 @@ import (
 
 // completeSQL ends the released executions once (a second Complete changes nothing), records
 // their End events, and reports for each whether it had been reclaimed.
-const completeSQL = `
+var completeSQL = fmt.Sprintf(`
 WITH r AS (SELECT * FROM unnest($1::bigint[], $2::boolean[]) AS r(id, failed)),
 u AS (
     UPDATE taskling.task_execution e
@@ -19,18 +19,18 @@ u AS (
     RETURNING e.id, e.reclaimed_at IS NOT NULL AS reclaimed
 ), ev AS (
     INSERT INTO taskling.task_execution_event (execution_id, event_type)
-    SELECT id, 4 FROM u
+    SELECT id, %d FROM u
 )
 SELECT r.id, coalesce(u.reclaimed, e.reclaimed_at IS NOT NULL, true)
 FROM r
 LEFT JOIN u ON u.id = r.id
-LEFT JOIN taskling.task_execution e ON e.id = r.id`
+LEFT JOIN taskling.task_execution e ON e.id = r.id`, eventEnd)
 
-// NotifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced; the payload is
+// notifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced; the payload is
 // the task id.
-const NotifyChannel = "taskling_slots"
+const notifyChannel = "taskling_slots"
 
-const notifySQL = `SELECT pg_notify('` + NotifyChannel + `', $1::bigint::text)`
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', $1::bigint::text)`
 
 // ReleaseRequest returns a slot.
 type ReleaseRequest struct {
@@ -52,10 +52,10 @@ type ReleaseResult struct {
 // has queued on the task: the token goes back only if this execution is still its grantee
 // (identity-checked), the execution is marked completed, and waiters are notified.
 func (s *Store) Release(ctx context.Context, req ReleaseRequest) (ReleaseResult, error) {
-	o := &op{release: &req, ctx: ctx}
+	o := &op{request: request{release: &req}, ctx: ctx}
 	s.submit(req.TaskID, o)
-	if o.err != nil {
-		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, o.err)
+	if err := o.err(); err != nil {
+		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, err)
 	}
-	return o.releaseRes, nil
+	return o.outcome.release, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/georgysavva/scany/v2/pgxscan"
@@ -11,24 +12,42 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Schedule event kinds stored in schedule_event.kind.
-const (
-	ScheduleSkipped    int16 = 1 // skipped by the catch-up policy (or past MaxCatchUp)
-	ScheduleExpired    int16 = 2 // older than the catch-up window
-	ScheduleDisabled   int16 = 3 // came due while the task was disabled
-	ScheduleRegistered int16 = 4
-	ScheduleChanged    int16 = 5 // spec or zone changed: the cursor moved to now
-)
+// scheduleKinds names the schedule event kinds stored in schedule_event.kind (the index):
+// taskling.ScheduleEventKind's values.
+var scheduleKinds = [...]string{1: "skipped", 2: "expired", 3: "disabled", 4: "registered", 5: "changed"}
 
-// ScheduleDef is a schedule as registered.
+func scheduleKindCode(name string) int16 {
+	for code, n := range scheduleKinds {
+		if n == name && n != "" {
+			return int16(code)
+		}
+	}
+	return 0
+}
+
+// scheduleKindSQL names schedule_event.kind.
+var scheduleKindSQL = func() string {
+	var b strings.Builder
+	b.WriteString("(CASE kind")
+	for code, name := range scheduleKinds {
+		if name != "" {
+			fmt.Fprintf(&b, " WHEN %d THEN '%s'", code, name)
+		}
+	}
+	b.WriteString(" ELSE 'unknown' END)")
+	return b.String()
+}()
+
+// ScheduleDef is a schedule as registered. CatchUp and Overlap are the ordinals of
+// taskling.CatchUpPolicy and taskling.OverlapPolicy (stored as ordinal + 1).
 type ScheduleDef struct {
 	TaskID           int64
 	Spec             string
 	TimeZone         string
-	CatchUp          int16
+	CatchUp          int
 	CatchUpWindow    *time.Duration
 	MaxCatchUp       int
-	Overlap          int16
+	Overlap          int
 	MisfireThreshold time.Duration
 	Host             string
 }
@@ -38,10 +57,10 @@ type ScheduleRow struct {
 	TaskID           int64          `db:"task_id"`
 	Spec             string         `db:"spec"`
 	TimeZone         string         `db:"time_zone"`
-	CatchUp          int16          `db:"catch_up"`
+	CatchUp          int            `db:"catch_up"`
 	CatchUpWindow    *time.Duration `db:"catch_up_window"`
 	MaxCatchUp       int            `db:"max_catch_up"`
-	Overlap          int16          `db:"overlap"`
+	Overlap          int            `db:"overlap"`
 	MisfireThreshold time.Duration  `db:"misfire_threshold"`
 	Cursor           time.Time      `db:"cursor_at"`
 	RegisteredBy     string         `db:"registered_by"`
@@ -49,9 +68,10 @@ type ScheduleRow struct {
 	Now              time.Time      `db:"now"`
 }
 
-// ScheduleEvent is a range of instants decided without a run, or a registration.
+// ScheduleEvent is a range of instants decided without a run, or a registration. Kind is
+// skipped, expired, disabled, registered or changed.
 type ScheduleEvent struct {
-	Kind     int16
+	Kind     string
 	First    *time.Time
 	Last     *time.Time
 	Instants int64
@@ -67,8 +87,9 @@ type ScheduleClaim struct {
 	Events   []ScheduleEvent
 }
 
-const scheduleColumns = `task_id, spec, time_zone, catch_up, catch_up_window, max_catch_up, overlap,
-    misfire_threshold, cursor_at, registered_by, changed_at`
+// scheduleColumns reads a schedule row with its policies as ordinals.
+const scheduleColumns = `task_id, spec, time_zone, catch_up - 1 AS catch_up, catch_up_window, max_catch_up,
+    overlap - 1 AS overlap, misfire_threshold, cursor_at, registered_by, changed_at`
 
 const lockScheduleSQL = `SELECT ` + scheduleColumns + `, clock_timestamp() AS now
 FROM taskling.schedule WHERE task_id = $1 FOR UPDATE`
@@ -77,7 +98,7 @@ FROM taskling.schedule WHERE task_id = $1 FOR UPDATE`
 const insertScheduleSQL = `
 INSERT INTO taskling.schedule (task_id, spec, time_zone, catch_up, catch_up_window, max_catch_up,
     overlap, misfire_threshold, cursor_at, registered_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp(), $9)
+VALUES ($1, $2, $3, $4 + 1, $5, $6, $7 + 1, $8, clock_timestamp(), $9)
 ON CONFLICT (task_id) DO NOTHING
 RETURNING ` + scheduleColumns + `, clock_timestamp() AS now`
 
@@ -85,8 +106,8 @@ RETURNING ` + scheduleColumns + `, clock_timestamp() AS now`
 // moves to max(cursor, now).
 const updateScheduleSQL = `
 UPDATE taskling.schedule SET
-    spec = $2, time_zone = $3, catch_up = $4, catch_up_window = $5, max_catch_up = $6,
-    overlap = $7, misfire_threshold = $8, registered_by = $9,
+    spec = $2, time_zone = $3, catch_up = $4 + 1, catch_up_window = $5, max_catch_up = $6,
+    overlap = $7 + 1, misfire_threshold = $8, registered_by = $9,
     cursor_at = CASE WHEN $10 THEN greatest(cursor_at, clock_timestamp()) ELSE cursor_at END,
     changed_at = CASE WHEN $10 THEN clock_timestamp() ELSE changed_at END
 WHERE task_id = $1
@@ -132,7 +153,7 @@ type eventArrays struct {
 func toArrays(events []ScheduleEvent) eventArrays {
 	var a eventArrays
 	for _, e := range events {
-		a.kinds = append(a.kinds, e.Kind)
+		a.kinds = append(a.kinds, scheduleKindCode(e.Kind))
 		a.firsts = append(a.firsts, e.First)
 		a.lasts = append(a.lasts, e.Last)
 		a.counts = append(a.counts, e.Instants)
@@ -175,7 +196,7 @@ func (s *Store) UpsertSchedule(ctx context.Context, def ScheduleDef) (ScheduleRo
 		var ev ScheduleEvent
 		if len(rows) == 1 {
 			row = rows[0]
-			ev = ScheduleEvent{Kind: ScheduleRegistered, Detail: fmt.Sprintf("registered %q in %s", def.Spec, def.TimeZone)}
+			ev = ScheduleEvent{Kind: "registered", Detail: fmt.Sprintf("registered %q in %s", def.Spec, def.TimeZone)}
 		} else {
 			// The row exists (maybe inserted a moment ago by another host): lock it, compare.
 			var prev []ScheduleRow
@@ -194,7 +215,7 @@ func (s *Store) UpsertSchedule(ctx context.Context, def ScheduleDef) (ScheduleRo
 			if !changed {
 				return nil
 			}
-			ev = ScheduleEvent{Kind: ScheduleChanged, Detail: fmt.Sprintf("changed from %q in %s to %q in %s; cursor moved to %s (no catch-up)",
+			ev = ScheduleEvent{Kind: "changed", Detail: fmt.Sprintf("changed from %q in %s to %q in %s; cursor moved to %s (no catch-up)",
 				prev[0].Spec, prev[0].TimeZone, def.Spec, def.TimeZone, row.Cursor.UTC().Format(time.RFC3339Nano))}
 		}
 		a := toArrays([]ScheduleEvent{ev})
@@ -238,7 +259,7 @@ func (s *Store) AdvanceSchedule(ctx context.Context, taskID int64, host string, 
 // ScheduleEventRow is one recorded schedule event.
 type ScheduleEventRow struct {
 	ID         int64      `db:"id"`
-	Kind       int16      `db:"kind"`
+	Kind       string     `db:"kind"`
 	First      *time.Time `db:"first_instant"`
 	Last       *time.Time `db:"last_instant"`
 	Instants   int64      `db:"instants"`
@@ -251,7 +272,7 @@ type ScheduleEventRow struct {
 func (s *Store) ScheduleEvents(ctx context.Context, taskID int64, n int) ([]ScheduleEventRow, error) {
 	var out []ScheduleEventRow
 	err := pgxscan.Select(ctx, s.pool, &out, `
-SELECT id, kind, first_instant, last_instant, instants, detail, host_name, recorded_at
+SELECT id, `+scheduleKindSQL+` AS kind, first_instant, last_instant, instants, detail, host_name, recorded_at
 FROM taskling.schedule_event WHERE task_id = $1 ORDER BY id DESC LIMIT $2`, taskID, n)
 	if err != nil {
 		return nil, fmt.Errorf("execution: schedule events of task %d: %w", taskID, err)

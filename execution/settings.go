@@ -6,24 +6,20 @@ import (
 	"time"
 )
 
-// DeathMode is how a holder's death is judged.
-type DeathMode int16
-
+// Death modes as stored in death_mode columns: taskling.DeathMode's values.
 const (
-	// DeathModeKeepAlive: dead when the DB clock passes last_keep_alive + KeepAliveDeathThreshold.
-	DeathModeKeepAlive DeathMode = 1
-	// DeathModeOverride: dead when the DB clock passes started_at + OverrideThreshold.
-	DeathModeOverride DeathMode = 2
+	modeKeepAlive int16 = 1 // dead when the DB clock passes the last heartbeat + KeepAliveDeathThreshold
+	modeOverride  int16 = 2 // dead when the DB clock passes the start + OverrideThreshold
 )
 
-func (m DeathMode) String() string {
+func modeName(m int16) string {
 	switch m {
-	case DeathModeKeepAlive:
+	case modeKeepAlive:
 		return "keepalive"
-	case DeathModeOverride:
+	case modeOverride:
 		return "override"
 	}
-	return fmt.Sprintf("DeathMode(%d)", int16(m))
+	return fmt.Sprintf("DeathMode(%d)", m)
 }
 
 // ErrInvalidSettings is wrapped by every settings validation error.
@@ -31,13 +27,17 @@ var ErrInvalidSettings = errors.New("invalid settings")
 
 // Settings are the complete, effective settings of a task: every field is set.
 type Settings struct {
-	ConcurrencyLimit        int // -1 unlimited, or >= 1
-	Enabled                 bool
-	DeathMode               DeathMode
+	ConcurrencyLimit int // -1 unlimited, or >= 1
+	Enabled          bool
+	// DeathMode is 1 (keep-alive) or 2 (override), as taskling.DeathMode numbers them.
+	DeathMode               int16
 	KeepAliveInterval       time.Duration
 	KeepAliveDeathThreshold time.Duration
 	OverrideThreshold       time.Duration
 }
+
+// KeepAlive reports whether holders are judged by their heartbeats (else by their start time).
+func (s Settings) KeepAlive() bool { return s.DeathMode == modeKeepAlive }
 
 // Validate reports the first invalid field, naming it. source says where the value came from
 // (for example "operator override"), so that an operator sees which layer to fix.
@@ -49,10 +49,10 @@ func (s Settings) Validate(source string) error {
 	switch {
 	case s.ConcurrencyLimit != -1 && s.ConcurrencyLimit < 1:
 		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, s.ConcurrencyLimit)
-	case s.DeathMode != DeathModeKeepAlive && s.DeathMode != DeathModeOverride:
+	case s.DeathMode != modeKeepAlive && s.DeathMode != modeOverride:
 		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, s.DeathMode)
 	}
-	if s.DeathMode == DeathModeOverride {
+	if s.DeathMode == modeOverride {
 		if s.OverrideThreshold <= 0 {
 			return fmt.Errorf("%w: OverrideThreshold%s is %s; Override mode needs a threshold above zero", ErrInvalidSettings, in, s.OverrideThreshold)
 		}
@@ -69,7 +69,7 @@ func (s Settings) Validate(source string) error {
 
 // Threshold is the time after which a silent holder is judged dead in its death mode.
 func (s Settings) Threshold() time.Duration {
-	if s.DeathMode == DeathModeOverride {
+	if s.DeathMode == modeOverride {
 		return s.OverrideThreshold
 	}
 	return s.KeepAliveDeathThreshold
@@ -79,7 +79,7 @@ func (s Settings) Threshold() time.Duration {
 type Overrides struct {
 	ConcurrencyLimit        *int
 	Enabled                 *bool
-	DeathMode               *DeathMode
+	DeathMode               *int16
 	KeepAliveInterval       *time.Duration
 	KeepAliveDeathThreshold *time.Duration
 	OverrideThreshold       *time.Duration
@@ -123,8 +123,8 @@ func (o Overrides) ValidateFields() error {
 	switch {
 	case o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != -1 && *o.ConcurrencyLimit < 1:
 		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, *o.ConcurrencyLimit)
-	case o.DeathMode != nil && *o.DeathMode != DeathModeKeepAlive && *o.DeathMode != DeathModeOverride:
-		return fmt.Errorf("%w: DeathMode%s is %d", ErrInvalidSettings, in, *o.DeathMode)
+	case o.DeathMode != nil && *o.DeathMode != modeKeepAlive && *o.DeathMode != modeOverride:
+		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, *o.DeathMode)
 	case o.KeepAliveInterval != nil && *o.KeepAliveInterval <= 0:
 		return fmt.Errorf("%w: KeepAliveInterval%s is %s; want more than zero", ErrInvalidSettings, in, *o.KeepAliveInterval)
 	case o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold <= 0:

@@ -17,11 +17,11 @@ import (
 // row's lock, so they cannot slow the acquire path down; what they report is a snapshot judged
 // on the DB clock at the moment they run.
 
-// Sources of the limit in force (TaskSummary.LimitSource).
+// Sources of the limit in force (TaskSummary.LimitSource; taskling.LimitSource's values).
 const (
-	LimitSourceOverride = "override" // an operator's override stored in the task row
-	LimitSourceDeclared = "declared" // the limit last declared by a requester (its code or config)
-	LimitSourceNone     = "none"     // nothing declared yet: the task row exists but was never acquired
+	limitSourceOverride = "override" // an operator's override stored in the task row
+	limitSourceDeclared = "declared" // the limit last declared by a requester (its code or config)
+	limitSourceNone     = "none"     // nothing declared yet: the task row exists but was never acquired
 )
 
 // TaskSummary is one task as `tasks list` shows it.
@@ -31,12 +31,11 @@ type TaskSummary struct {
 	Task        string
 	// Limit in force: the operator's override if set, else the last requester's declared limit;
 	// -1 unlimited, 0 when LimitSource is LimitSourceNone.
-	Limit         int
+	Limit int
+	// LimitSource is "override", "declared" or "none".
 	LimitSource   string
 	DeclaredLimit *int
 	DeclaredBy    *string
-	// Enabled is the operator's override (nil: not overridden, the requesters' settings decide).
-	Enabled *bool
 	// SlotsUsed counts the slots held by live executions (for an unlimited task: its live
 	// executions); SlotsTotal is the limit in force (-1 unlimited), which the token list — and
 	// so TaskSlots — matches from the next acquisition on.
@@ -59,7 +58,7 @@ type LastExecution struct {
 
 // summarySQL reads the task rows with their possible holders (served by
 // task_execution_holders_idx) and their newest execution (task_execution_task_id_idx).
-const summarySQL = `
+var summarySQL = `
 SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
@@ -68,18 +67,19 @@ SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
 FROM taskling.task_definition d
 LEFT JOIN LATERAL (
     SELECT array_agg(id ORDER BY id) AS ids, array_agg(alive ORDER BY id) AS alive
-    FROM (SELECT id, ` + aliveSQL + ` AS alive
-          FROM taskling.task_execution
-          WHERE task_id = d.id AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL) x
+    FROM (SELECT e.id, ` + aliveSQL + ` AS alive
+          FROM taskling.task_execution e
+          WHERE e.task_id = d.id AND ` + mayHoldSQL + `) x
 ) h ON true
 LEFT JOIN LATERAL (
     SELECT e.id, ` + statusSQL + ` AS status, e.started_at
     FROM taskling.task_execution e WHERE e.task_id = d.id ORDER BY e.id DESC LIMIT 1
 ) l ON true`
 
-// ListTasks returns every task, ordered by application and task name.
-func (s *Store) ListTasks(ctx context.Context) ([]TaskSummary, error) {
-	rows, err := s.pool.Query(ctx, summarySQL+` ORDER BY d.application_name, d.task_name`)
+// ListTasks returns every task (of application app, unless app is ""), ordered by application
+// and task name.
+func (s *Store) ListTasks(ctx context.Context, app string) ([]TaskSummary, error) {
+	rows, err := s.pool.Query(ctx, summarySQL+` WHERE $1 = '' OR d.application_name = $1 ORDER BY d.application_name, d.task_name`, app)
 	if err != nil {
 		return nil, fmt.Errorf("execution: list tasks: %w", err)
 	}
@@ -110,7 +110,6 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 	var (
 		t          TaskSummary
 		tokenText  string
-		mode       *int16
 		ids        []int64
 		alive      []bool
 		lastID     *int64
@@ -118,24 +117,19 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 		lastAt     *time.Time
 	)
 	err := row.Scan(&t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
-		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &mode, &t.Overrides.KeepAliveInterval,
+		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
 		&t.DeclaredLimit, &t.DeclaredBy, &ids, &alive, &lastID, &lastStatus, &lastAt)
 	if err != nil {
 		return t, err
 	}
-	if mode != nil {
-		m := DeathMode(*mode)
-		t.Overrides.DeathMode = &m
-	}
-	t.Enabled = t.Overrides.Enabled
 	switch {
 	case t.Overrides.ConcurrencyLimit != nil:
-		t.Limit, t.LimitSource = *t.Overrides.ConcurrencyLimit, LimitSourceOverride
+		t.Limit, t.LimitSource = *t.Overrides.ConcurrencyLimit, limitSourceOverride
 	case t.DeclaredLimit != nil:
-		t.Limit, t.LimitSource = *t.DeclaredLimit, LimitSourceDeclared
+		t.Limit, t.LimitSource = *t.DeclaredLimit, limitSourceDeclared
 	default:
-		t.LimitSource = LimitSourceNone
+		t.LimitSource = limitSourceNone
 	}
 	if lastID != nil {
 		t.LastExecution = &LastExecution{ID: *lastID, Status: *lastStatus, StartedAt: *lastAt}
@@ -155,7 +149,7 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 	// The token list is reconciled to the limit in force by the next acquisition; report the
 	// limit in force, so that a changed limit shows at once.
 	t.SlotsTotal = list.Limit()
-	if t.LimitSource != LimitSourceNone {
+	if t.LimitSource != limitSourceNone {
 		t.SlotsTotal = t.Limit
 	}
 	if list.IsUnlimited() {
@@ -192,22 +186,18 @@ type Holder struct {
 	HeartbeatAge  time.Duration // DB clock now − last heartbeat
 	Alive         bool
 	Fence         int64
-	DeathMode     DeathMode
-	ItemsDone     *int64
-	ItemsTotal    *int64
-	Completed     bool
-	Reclaimed     bool
+	ItemsDone     int64 // 0 when not set
+	ItemsTotal    int64
 }
 
-const holderSQL = `
-SELECT id, host_name, started_at, last_keep_alive,
-    (extract(epoch FROM clock_timestamp() - last_keep_alive) * 1000000)::bigint,
-    completed_at IS NULL AND reclaimed_at IS NULL AND ` + aliveSQL + `,
-    coalesce(fence, 0), death_mode, items_done, items_total,
-    completed_at IS NOT NULL, reclaimed_at IS NOT NULL
-FROM taskling.task_execution
-WHERE id = ANY($1) OR (task_id = $2 AND $3 AND completed_at IS NULL AND token_id IS NOT NULL AND reclaimed_at IS NULL)
-ORDER BY id`
+var holderSQL = `
+SELECT e.id, e.host_name, e.started_at, e.last_keep_alive,
+    (extract(epoch FROM clock_timestamp() - e.last_keep_alive) * 1000000)::bigint,
+    e.completed_at IS NULL AND e.reclaimed_at IS NULL AND ` + aliveSQL + `,
+    coalesce(e.fence, 0), coalesce(e.items_done, 0), coalesce(e.items_total, 0)
+FROM taskling.task_execution e
+WHERE e.id = ANY($1) OR (e.task_id = $2 AND $3 AND ` + mayHoldSQL + `)
+ORDER BY e.id`
 
 // TaskSlots returns the slots of a task with their holders, in token-list order (for an
 // unlimited task: one slot per execution that may hold it). The token list and the holders are
@@ -237,7 +227,7 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 			h := &Holder{Found: true}
 			var ageUS int64
 			if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastKeepAlive, &ageUS, &h.Alive,
-				&h.Fence, &h.DeathMode, &h.ItemsDone, &h.ItemsTotal, &h.Completed, &h.Reclaimed); err != nil {
+				&h.Fence, &h.ItemsDone, &h.ItemsTotal); err != nil {
 				rows.Close()
 				return err
 			}
@@ -286,7 +276,7 @@ type ExecutionsQuery struct {
 
 // executionsPageSQL walks task_execution_task_id_idx (task_id, id DESC) from the cursor; the
 // status filter is applied to the rows it walks, since the status is derived.
-const executionsPageSQL = `
+var executionsPageSQL = `
 SELECT * FROM (
     SELECT ` + executionColumns + `
     FROM taskling.task_execution e
@@ -308,13 +298,4 @@ func (s *Store) Executions(ctx context.Context, q ExecutionsQuery) (rows []Execu
 		return rows[:q.Limit], true, nil
 	}
 	return rows, false, nil
-}
-
-// IsStatus reports whether s is a derived execution status.
-func IsStatus(s string) bool {
-	switch s {
-	case StatusInProgress, StatusCompleted, StatusFailed, StatusBlocked, StatusDead:
-		return true
-	}
-	return false
 }

@@ -62,7 +62,7 @@ type Client struct {
 	defaults TaskSettings
 	source   SettingsSource
 	maxPoll  time.Duration
-	metrics  *Metrics
+	hooks    hookList
 
 	taskIDs sync.Map // "app\x00task" -> int64
 
@@ -109,19 +109,14 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	isolation := execution.ReadCommitted
-	if cfg.Isolation == IsolationSerializable {
-		isolation = execution.Serializable
-	}
 	maxPoll := cfg.MaxPollInterval
 	if maxPoll == 0 {
 		maxPoll = 2 * time.Second
 	}
-	store := execution.NewStore(pool, &execution.Options{Isolation: isolation, LibraryVersion: Version})
+	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
 	return &Client{
 		pool:     pool,
 		store:    store,
-		metrics:  newMetrics(store),
 		notifier: execution.NewNotifier(pool.Config().ConnConfig),
 		log:      log,
 		host:     host,
@@ -140,9 +135,6 @@ func (c *Client) Close() {
 		c.notifier.Close()
 	})
 }
-
-// Store exposes the SQL layer, for tools built on taskling (the CLI, the HTTP API).
-func (c *Client) Store() *execution.Store { return c.store }
 
 // HostName is the host name recorded on this client's executions.
 func (c *Client) HostName() string { return c.host }

@@ -22,6 +22,11 @@
 // instant exactly once across the fleet, with a documented catch-up policy after an outage
 // (CatchUpRunLatest, CatchUpRunAll, CatchUpSkip) decided on the database clock.
 //
+// Operators and tools read the same state through the client: Tasks, Task (slots and holders),
+// Executions (a page of history) and Execution (one run with its events). Hooks (AddHooks) report
+// grants, denials, reclaims, lease losses and heartbeat failures as they happen; package
+// taskling/tasklingprom turns them into Prometheus metrics.
+//
 // Example:
 //
 //	if err := migrations.Up(ctx, pool); err != nil { … }

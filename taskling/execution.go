@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/backoff"
 )
 
 // MaxMessageLength is the longest checkpoint or error message stored, in bytes; longer ones are
@@ -59,7 +60,7 @@ func (c *Client) newExecution(app, task string, req execution.AcquireRequest, re
 		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, tokenID: res.TokenID,
 		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, header: req.Header,
 		leaseTTL:      threshold - safetyMargin(declared, threshold),
-		heartbeats:    res.Effective.DeathMode == execution.DeathModeKeepAlive,
+		heartbeats:    res.Effective.KeepAlive(),
 		heartbeatDone: make(chan struct{}),
 	}
 	// The work's context keeps the start context's values but not its deadline: an acquire
@@ -145,7 +146,7 @@ func (e *Execution) expireLease() {
 		return
 	}
 	e.c.log.Warn("taskling: lease lost: no successful heartbeat in time", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
-	e.c.metrics.leaseLost(e.app + "/" + e.task)
+	e.c.hooks.leaseLost(e.app, e.task)
 	e.cancel(ErrLeaseLost)
 }
 
@@ -202,16 +203,16 @@ func (e *Execution) heartbeat(ctx context.Context) {
 				return
 			}
 			failures++
-			e.c.metrics.heartbeatFailed(e.app + "/" + e.task)
+			e.c.hooks.heartbeatFailed(e.app, e.task)
 			e.c.log.Warn("taskling: heartbeat failed; retrying", zap.Int64("execution", e.id), zap.Int("failures", failures), zap.Error(err))
-			timer.Reset(min(interval, (50*time.Millisecond)<<min(failures, 10)))
+			timer.Reset(backoff.Delay(failures, 50*time.Millisecond, interval))
 		case !held && e.releasing.Load():
 			return
 		case !held:
 			e.mu.Lock()
 			if e.ctx.Err() == nil {
 				e.c.log.Warn("taskling: lease lost: execution was reclaimed", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
-				e.c.metrics.leaseLost(e.app + "/" + e.task)
+				e.c.hooks.leaseLost(e.app, e.task)
 				e.cancel(ErrLeaseLost)
 			}
 			e.mu.Unlock()
@@ -250,7 +251,7 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(min(time.Second, (50*time.Millisecond)<<min(attempt, 10))):
+		case <-time.After(backoff.Delay(attempt, 50*time.Millisecond, time.Second)):
 		}
 	}
 	e.stopHeartbeat()
@@ -285,7 +286,7 @@ func (e *Execution) Checkpoint(ctx context.Context, message string) error {
 	if err := e.active(); err != nil {
 		return err
 	}
-	return e.c.store.AddEvent(ctx, e.id, execution.EventCheckpoint, truncate(cleanText(message)))
+	return e.c.store.Checkpoint(ctx, e.id, truncate(cleanText(message)))
 }
 
 // RecordError records an Error event; markFailed also marks the execution failed (its status

@@ -14,17 +14,22 @@ type Status string
 
 const (
 	// StatusInProgress: granted, not completed, and alive (heartbeat or override time not yet passed).
-	StatusInProgress Status = execution.StatusInProgress
+	StatusInProgress Status = "in_progress"
 	// StatusCompleted: completed without being marked failed.
-	StatusCompleted Status = execution.StatusCompleted
+	StatusCompleted Status = "completed"
 	// StatusFailed: completed after RecordError(…, true), or Run's function failed.
-	StatusFailed Status = execution.StatusFailed
+	StatusFailed Status = "failed"
 	// StatusBlocked: denied (limit reached, duplicate reference, or gave up waiting).
-	StatusBlocked Status = execution.StatusBlocked
+	StatusBlocked Status = "blocked"
 	// StatusDead: stopped without completing (its death threshold passed, in either death mode),
 	// or its slot was reclaimed by another execution.
-	StatusDead Status = execution.StatusDead
+	StatusDead Status = "dead"
 )
+
+// Statuses are the statuses an execution can have, in the order they are documented.
+var Statuses = [...]Status{StatusInProgress, StatusCompleted, StatusFailed, StatusBlocked, StatusDead}
+
+const statusList = "in_progress, completed, failed, blocked or dead"
 
 // ExecutionInfo is one execution of a task, as history reports it.
 type ExecutionInfo struct {
@@ -40,13 +45,18 @@ type ExecutionInfo struct {
 	Header         json.RawMessage
 	BlockedReason  string
 	ReclaimedAt    time.Time // zero unless another execution took its slot
+	// LastHeartbeat is the last heartbeat on the database clock (the start time until the first).
+	LastHeartbeat time.Time
+	// LibraryVersion is the taskling version of the process that started it.
+	LibraryVersion string
 	// ScheduledFor is the cron instant a scheduler run (or a Blocked overlap-skipped instant)
 	// was for; zero for other executions.
 	ScheduledFor time.Time
 }
 
 func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
-	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host, Header: r.Header}
+	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host, Header: headerJSON(r.Header),
+		LastHeartbeat: r.LastKeepAlive, LibraryVersion: r.LibraryVersion}
 	if r.CompletedAt != nil {
 		info.CompletedAt = *r.CompletedAt
 	}

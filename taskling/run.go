@@ -58,7 +58,7 @@ func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx co
 		}
 		return err
 	}
-	if cerr == nil && context.Cause(exec.Context()) == ErrLeaseLost {
+	if cerr == nil && errors.Is(context.Cause(exec.Context()), ErrLeaseLost) {
 		return fmt.Errorf("%w: execution %d of %s/%s lost its lease while running", ErrLeaseLost, exec.id, app, task)
 	}
 	return cerr

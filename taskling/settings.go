@@ -9,7 +9,8 @@ import (
 )
 
 // DeathMode is how the death of an execution that stopped without completing is judged. Liveness
-// is always judged on the database clock, never on a host's clock.
+// is always judged on the database clock, never on a host's clock. The numbers are stored; never
+// renumber them.
 type DeathMode int
 
 const (
@@ -124,7 +125,7 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 	es := execution.Settings{
 		ConcurrencyLimit:        s.ConcurrencyLimit,
 		Enabled:                 !s.Disabled,
-		DeathMode:               execution.DeathMode(s.DeathMode),
+		DeathMode:               int16(s.DeathMode),
 		KeepAliveInterval:       s.KeepAliveInterval,
 		KeepAliveDeathThreshold: s.KeepAliveDeathThreshold,
 		OverrideThreshold:       s.OverrideThreshold,
@@ -187,8 +188,24 @@ func (u SettingsUpdate) toStore() execution.Overrides {
 		OverrideThreshold:       u.OverrideThreshold,
 	}
 	if u.DeathMode != nil {
-		m := execution.DeathMode(*u.DeathMode)
+		m := int16(*u.DeathMode)
 		o.DeathMode = &m
 	}
 	return o
+}
+
+// updateOf converts stored overrides back to a SettingsUpdate.
+func updateOf(o execution.Overrides) SettingsUpdate {
+	u := SettingsUpdate{
+		ConcurrencyLimit:        o.ConcurrencyLimit,
+		Enabled:                 o.Enabled,
+		KeepAliveInterval:       o.KeepAliveInterval,
+		KeepAliveDeathThreshold: o.KeepAliveDeathThreshold,
+		OverrideThreshold:       o.OverrideThreshold,
+	}
+	if o.DeathMode != nil {
+		m := DeathMode(*o.DeathMode)
+		u.DeathMode = &m
+	}
+	return u
 }

@@ -78,7 +78,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	}
 	if !opts.WaitForSlot {
 		req.RecordDenial = true
-		res, err := c.acquire(ctx, req)
+		res, err := c.acquire(ctx, app, task, req)
 		if err != nil {
 			return nil, err
 		}
@@ -88,13 +88,14 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 }
 
 // acquire runs one acquisition and turns a denial into its error.
-func (c *Client) acquire(ctx context.Context, req execution.AcquireRequest) (execution.AcquireResult, error) {
+func (c *Client) acquire(ctx context.Context, app, task string, req execution.AcquireRequest) (execution.AcquireResult, error) {
 	began := time.Now()
 	res, err := c.store.Acquire(ctx, req)
-	c.metrics.acquired(req, res, err, time.Since(began))
+	c.hooks.acquireDone(app, task, time.Since(began))
 	if err != nil {
 		return res, err
 	}
+	c.report(app, task, req, res)
 	if d := res.ConflictingDeclaration; d != nil {
 		c.log.Warn("taskling: hosts declare different concurrency limits for one task; the last requester's limit is in force unless an operator override is set",
 			zap.String("task", req.TaskName), zap.String("host", req.Host), zap.Int("limit", req.Declared.ConcurrencyLimit),
@@ -120,44 +121,36 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 	defer unsubscribe()
 	poll := 50 * time.Millisecond
 	var lastErr error
-	for attempt := 0; ; attempt++ {
-		res, err := c.acquire(ctx, req)
+	for {
+		res, err := c.acquire(ctx, app, task, req)
 		if err == nil {
 			return c.newExecution(app, task, req, res, settings, ctx), nil
 		}
 		wait := min(poll, c.maxPoll)
 		switch {
 		case errors.Is(err, ErrLimitReached):
-			// A holder that stops heartbeating may be judged dead at NextExpiry: try right then.
-			if res.NextExpiry > 0 && res.NextExpiry+20*time.Millisecond < wait {
-				wait = res.NextExpiry + 20*time.Millisecond
-			}
+			wait = retryDelay(res, wait)
 		case ctx.Err() != nil:
-			return nil, c.recordGaveUp(ctx, req, lastErr)
+			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		case execution.IsConnectionError(err):
 			// The database is away: keep waiting, as the caller asked, and retry.
 		default:
 			return nil, err
 		}
 		lastErr = err
-		timer := time.NewTimer(wait)
-		select {
-		case <-wake:
-		case <-timer.C:
+		switch c.wait(ctx, wait, wake) {
+		case waitTimedOut:
 			poll *= 2
-		case <-c.closed:
-			timer.Stop()
+		case waitClosed:
 			return nil, ErrClientClosed
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, c.recordGaveUp(ctx, req, lastErr)
+		case waitCancelled:
+			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		}
-		timer.Stop()
 	}
 }
 
 // recordGaveUp records a wait that ended with its context, once, as a Blocked execution.
-func (c *Client) recordGaveUp(ctx context.Context, req execution.AcquireRequest, lastErr error) error {
+func (c *Client) recordGaveUp(ctx context.Context, app, task string, req execution.AcquireRequest, lastErr error) error {
 	cause := context.Cause(ctx)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
@@ -166,10 +159,27 @@ func (c *Client) recordGaveUp(ctx context.Context, req execution.AcquireRequest,
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
-		c.metrics.denied(req.TaskName, execution.DeniedLimit)
+		c.hooks.denied(app, task, DenyLimit)
 		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrLimitReached, req.TaskName, id, cause)
 	}
 	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)
+}
+
+// report calls the hooks for a committed acquisition.
+func (c *Client) report(app, task string, req execution.AcquireRequest, res execution.AcquireResult) {
+	if len(res.Reclaimed) > 0 { // set only when the reclaims were committed
+		c.hooks.reclaimed(app, task, len(res.Reclaimed))
+	}
+	switch {
+	case res.Denied == execution.NotDenied:
+		c.hooks.granted(app, task)
+	case res.Denied == execution.DeniedDisabled:
+		c.hooks.denied(app, task, DenyDisabled)
+	case res.Denied == execution.DeniedDuplicate:
+		c.hooks.denied(app, task, DenyDuplicate)
+	case req.RecordDenial: // a waiter's limit denials are counted when it gives up
+		c.hooks.denied(app, task, DenyLimit)
+	}
 }
 
 // validateText checks a free-form string stored in a text column: valid UTF-8, no NUL byte

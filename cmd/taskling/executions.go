@@ -7,7 +7,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/taskling"
 )
@@ -28,11 +27,13 @@ func newExecutionsCommand(e *env) *cobra.Command {
 			if last < 1 || last > httpapi.MaxPageSize {
 				return usageErrorf("--last is %d; want 1 to %d", last, httpapi.MaxPageSize)
 			}
-			if status != "" && !execution.IsStatus(status) {
-				return usageErrorf("--status is %q; want in_progress, completed, failed, blocked or dead", status)
+			if status != "" {
+				if _, err := taskling.ParseStatus(status); err != nil {
+					return usageErrorf("--status is %q; want in_progress, completed, failed, blocked or dead", status)
+				}
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				page, err := httpapi.LoadExecutions(ctx, c.Store(), httpapi.ExecutionsQuery{App: app, Task: task, Status: status, Limit: last})
+				page, err := httpapi.LoadExecutions(ctx, c, httpapi.ExecutionsQuery{App: app, Task: task, Status: status, Limit: last})
 				if err != nil {
 					return err
 				}
@@ -55,7 +56,7 @@ func newExecutionsCommand(e *env) *cobra.Command {
 				return usageErrorf("execution ID %q is not a positive integer", args[0])
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				x, err := httpapi.LoadExecution(ctx, c.Store(), id)
+				x, err := httpapi.LoadExecution(ctx, c, id)
 				if err != nil {
 					return err
 				}

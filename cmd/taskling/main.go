@@ -60,7 +60,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code = ee.code
 	}
 	// One line, whatever the error (pgx's connection errors span several).
-	fmt.Fprintf(stderr, "taskling: %s\n", strings.Join(strings.Fields(err.Error()), " "))
+	// Library errors already start with "taskling: ".
+	msg := strings.TrimPrefix(strings.Join(strings.Fields(err.Error()), " "), "taskling: ")
+	fmt.Fprintf(stderr, "taskling: %s\n", msg)
 	if code == exitUsage {
 		fmt.Fprintln(stderr, "Run 'taskling --help' for usage.")
 	}

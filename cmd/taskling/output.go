@@ -8,10 +8,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/taskling"
 )
 
-var errNotFound = httpapi.ErrNotFound
+var errNotFound = taskling.ErrNotFound
 
 // printJSON writes v indented, as the HTTP API does.
 func printJSON(w io.Writer, v any) error {

@@ -19,7 +19,7 @@ func newTasksCommand(e *env) *cobra.Command {
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				tasks, err := httpapi.LoadTasks(ctx, c.Store())
+				tasks, err := httpapi.LoadTasks(ctx, c)
 				if err != nil {
 					return err
 				}
@@ -52,7 +52,7 @@ func newTasksCommand(e *env) *cobra.Command {
 				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if _, err := httpapi.LoadTask(ctx, c.Store(), app, task); err != nil {
+				if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
 					return err
 				}
 				if err := c.ClearOverrides(ctx, app, task); err != nil {
@@ -156,7 +156,7 @@ func enabledText(p *bool) string {
 }
 
 func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string) error {
-	d, err := httpapi.LoadTask(ctx, c.Store(), app, task)
+	d, err := httpapi.LoadTask(ctx, c, app, task)
 	if err != nil {
 		return err
 	}

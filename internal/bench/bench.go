@@ -12,10 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -123,7 +124,7 @@ VALUES ('bench', 'raw-' || gen_random_uuid()) RETURNING id`).Scan(&taskID); err 
 				_, err := tx.Exec(ctx, `UPDATE taskling.task_definition SET tokens = $2, fence = $3 WHERE id = $1`, taskID, tokens, fence+1)
 				return err
 			})
-			if err == nil || !execution.IsRetryable(err) {
+			if err == nil || !isSerializationFailure(err) {
 				return err
 			}
 			retries.Add(1)
@@ -149,7 +150,7 @@ func Taskling(ctx context.Context, client *taskling.Client, app string, goroutin
 	perTask := goroutines / tasks
 	inside := make([]atomic.Int64, tasks)
 	var failed, violations atomic.Int64
-	retriesBefore := client.Store().SerializationRetries()
+	retriesBefore := client.Stats().Retries
 	res, err := loop(ctx, goroutines, d, func(ctx context.Context, g int) error {
 		t := g % tasks
 		exec, err := client.StartExecution(ctx, app, fmt.Sprintf("task-%d", t), nil)
@@ -166,7 +167,7 @@ func Taskling(ctx context.Context, client *taskling.Client, app string, goroutin
 		inside[t].Add(-1)
 		return exec.Complete(ctx)
 	})
-	res.Retries = client.Store().SerializationRetries() - retriesBefore
+	res.Retries = client.Stats().Retries - retriesBefore
 	res.Failed, res.Violations = failed.Load(), violations.Load()
 	return res, err
 }
@@ -175,4 +176,11 @@ func Taskling(ctx context.Context, client *taskling.Client, app string, goroutin
 // every goroutine of a task.
 func Settings(goroutines, tasks int) taskling.TaskSettings {
 	return taskling.TaskSettings{ConcurrencyLimit: max(1, goroutines/tasks)}
+}
+
+// isSerializationFailure reports a serialization failure (40001) or deadlock (40P01): the raw
+// loop retries those, as taskling does.
+func isSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

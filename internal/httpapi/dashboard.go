@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/taskling-go/taskling/taskling"
 )
 
 //go:embed templates/*.html
@@ -120,7 +122,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 }
 
 func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
-	tasks, err := LoadTasks(r.Context(), h.store)
+	tasks, err := LoadTasks(r.Context(), h.client)
 	if err != nil {
 		h.pageError(w, r, err)
 		return
@@ -145,12 +147,12 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	t, err := LoadTask(r.Context(), h.store, app, task)
+	t, err := LoadTask(r.Context(), h.client, app, task)
 	if err != nil {
 		h.pageError(w, r, err)
 		return
 	}
-	execs, err := LoadExecutions(r.Context(), h.store, ExecutionsQuery{App: app, Task: task, Limit: recentOnTaskPage})
+	execs, err := LoadExecutions(r.Context(), h.client, ExecutionsQuery{App: app, Task: task, Limit: recentOnTaskPage})
 	if err != nil {
 		h.pageError(w, r, err)
 		return
@@ -160,7 +162,7 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, http.StatusOK, "task", p)
 }
 
-func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+func isNotFound(err error) bool { return errors.Is(err, taskling.ErrNotFound) }
 
 func (h *Handler) pageError(w http.ResponseWriter, r *http.Request, err error) {
 	if isNotFound(err) {

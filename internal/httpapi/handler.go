@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/taskling/tasklingprom"
 )
 
 // Options configure the handler; the fields are documented on dashboard.Options, the public
@@ -34,7 +34,6 @@ type Options struct {
 // Handler serves the API, the dashboard and the metrics of one taskling client.
 type Handler struct {
 	client  *taskling.Client
-	store   *execution.Store
 	opts    Options
 	log     *zap.Logger
 	mux     *http.ServeMux
@@ -47,7 +46,7 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if client == nil {
 		return nil, fmt.Errorf("httpapi: client is nil")
 	}
-	h := &Handler{client: client, store: client.Store()}
+	h := &Handler{client: client}
 	if opts != nil {
 		h.opts = *opts
 	}
@@ -65,7 +64,7 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if h.pages, err = newPages(); err != nil {
 		return nil, err
 	}
-	h.metrics = promhttp.HandlerFor(client.Metrics().Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h.metrics = promhttp.HandlerFor(tasklingprom.New(client).Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 
 	m := http.NewServeMux()
 	read := func(pattern string, fn http.HandlerFunc) { m.Handle(pattern, h.readAccess(fn)) }
@@ -195,7 +194,7 @@ func writeError(w http.ResponseWriter, status int, field, message string) {
 // 500 whose details go to the log only.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, taskling.ErrNotFound):
 		writeError(w, http.StatusNotFound, "", err.Error())
 	case errors.Is(err, taskling.ErrInvalidArgument), errors.Is(err, taskling.ErrInvalidSettings):
 		writeError(w, http.StatusBadRequest, "", err.Error())
@@ -220,7 +219,7 @@ func taskName(r *http.Request) (app, task, field string, err error) {
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) {
-	tasks, err := LoadTasks(r.Context(), h.store)
+	tasks, err := LoadTasks(r.Context(), h.client)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -234,7 +233,7 @@ func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	t, err := LoadTask(r.Context(), h.store, app, task)
+	t, err := LoadTask(r.Context(), h.client, app, task)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -249,7 +248,7 @@ const DefaultPageSize = 50
 func ParseExecutionsQuery(get func(string) string) (q ExecutionsQuery, field string, err error) {
 	q.Limit = DefaultPageSize
 	if s := get("status"); s != "" {
-		if !execution.IsStatus(s) {
+		if _, err := taskling.ParseStatus(s); err != nil {
 			return q, "status", fmt.Errorf("status %q is not one of in_progress, completed, failed, blocked, dead", s)
 		}
 		q.Status = s
@@ -283,7 +282,7 @@ func (h *Handler) listExecutions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q.App, q.Task = app, task
-	page, err := LoadExecutions(r.Context(), h.store, q)
+	page, err := LoadExecutions(r.Context(), h.client, q)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -297,7 +296,7 @@ func (h *Handler) getExecution(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("execution id %q is not a positive integer", r.PathValue("id")))
 		return
 	}
-	e, err := LoadExecution(r.Context(), h.store, id)
+	e, err := LoadExecution(r.Context(), h.client, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -429,7 +428,7 @@ func (h *Handler) clearOverrides(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) respondTask(w http.ResponseWriter, r *http.Request, app, task string) {
-	t, err := LoadTask(r.Context(), h.store, app, task)
+	t, err := LoadTask(r.Context(), h.client, app, task)
 	if err != nil {
 		h.fail(w, r, err)
 		return

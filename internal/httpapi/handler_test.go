@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskling-go/taskling/internal/testutil"
+
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -19,18 +23,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).triggerHealthCheck.func1"),
-		// httptest's server closes idle keep-alive connections asynchronously.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	// httptest's server closes idle keep-alive connections asynchronously.
+	testutil.VerifyNoLeaks(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
 const token = "s3cret"
 
 type testBundle struct {
 	ctx    context.Context
+	pool   *pgxpool.Pool
 	client *taskling.Client
 	server *httptest.Server
 }
@@ -52,7 +53,7 @@ func setup(t *testing.T, limit int, opts *httpapi.Options) *testBundle {
 	require.NoError(t, err)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &testBundle{ctx: context.Background(), client: client, server: srv}
+	return &testBundle{ctx: context.Background(), pool: pool, client: client, server: srv}
 }
 
 func (b *testBundle) start(t *testing.T, task string) *taskling.Execution {
@@ -336,7 +337,7 @@ func TestSlotsShowDeadHoldersAndUnlimitedTasks(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1, nil)
 	// In Override mode a holder sends no heartbeat: it is dead once its threshold passes.
-	pool := b.client.Store().Pool()
+	pool := b.pool
 	silent, err := taskling.NewClient(pool, &taskling.Config{HostName: "silent-host", Defaults: taskling.TaskSettings{
 		DeathMode: taskling.DeathModeOverride, OverrideThreshold: 300 * time.Millisecond}})
 	require.NoError(t, err)

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/taskling"
 )
 
 // The JSON shapes of the API. The CLI's --output json prints the same shapes, so a script
@@ -110,36 +110,37 @@ type ExecutionPage struct {
 	NextBefore *int64      `json:"next_before"`
 }
 
-// NewTask converts a store summary.
-func NewTask(s execution.TaskSummary) Task {
+// NewTask converts a task.
+func NewTask(s taskling.TaskInfo) Task {
+	o := s.Overrides
 	t := Task{
-		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: s.LimitSource,
-		DeclaredLimit: s.DeclaredLimit, DeclaredBy: s.DeclaredBy, Enabled: s.Enabled,
+		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: string(s.LimitSource),
+		DeclaredLimit: nonZero(s.DeclaredLimit), DeclaredBy: nonEmpty(s.DeclaredBy), Enabled: o.Enabled,
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
 		Overrides: Overrides{
-			ConcurrencyLimit:        s.Overrides.ConcurrencyLimit,
-			Enabled:                 s.Overrides.Enabled,
-			KeepAliveInterval:       durationText(s.Overrides.KeepAliveInterval),
-			KeepAliveDeathThreshold: durationText(s.Overrides.KeepAliveDeathThreshold),
-			OverrideThreshold:       durationText(s.Overrides.OverrideThreshold),
-			UpdatedAt:               s.Overrides.UpdatedAt,
+			ConcurrencyLimit:        o.ConcurrencyLimit,
+			Enabled:                 o.Enabled,
+			KeepAliveInterval:       durationText(o.KeepAliveInterval),
+			KeepAliveDeathThreshold: durationText(o.KeepAliveDeathThreshold),
+			OverrideThreshold:       durationText(o.OverrideThreshold),
+			UpdatedAt:               nonZeroTime(s.OverridesUpdatedAt),
 		},
 	}
-	if m := s.Overrides.DeathMode; m != nil {
+	if m := o.DeathMode; m != nil {
 		name := m.String()
 		t.Overrides.DeathMode = &name
 	}
 	if l := s.LastExecution; l != nil {
-		t.LastExecution = &LastExecution{ID: l.ID, Status: l.Status, StartedAt: l.StartedAt}
+		t.LastExecution = &LastExecution{ID: l.ID, Status: string(l.Status), StartedAt: l.StartedAt}
 	}
 	return t
 }
 
 // NewSlots converts a task's slots.
-func NewSlots(slots []execution.Slot) []Slot {
+func NewSlots(slots []taskling.Slot) []Slot {
 	out := make([]Slot, 0, len(slots))
 	for _, s := range slots {
-		v := Slot{TokenID: s.TokenID.String(), Status: s.Status}
+		v := Slot{TokenID: s.TokenID.String(), Status: string(s.Status)}
 		if h := s.Holder; h != nil {
 			v.Holder = &Holder{ExecutionID: h.ExecutionID, Found: h.Found}
 			if h.Found {
@@ -147,7 +148,7 @@ func NewSlots(slots []execution.Slot) []Slot {
 				v.Holder.Host, v.Holder.StartedAt, v.Holder.Alive, v.Holder.Fence = h.Host, &started, h.Alive, h.Fence
 				v.Holder.HeartbeatAge = h.HeartbeatAge.Round(100 * time.Millisecond).String()
 				v.Holder.HeartbeatAgeSeconds = h.HeartbeatAge.Seconds()
-				v.Holder.ItemsDone, v.Holder.ItemsTotal = h.ItemsDone, h.ItemsTotal
+				v.Holder.ItemsDone, v.Holder.ItemsTotal = progress(h.ItemsDone, h.ItemsTotal)
 			}
 		}
 		out = append(out, v)
@@ -155,36 +156,49 @@ func NewSlots(slots []execution.Slot) []Slot {
 	return out
 }
 
-// NewExecution converts an execution row and its events (nil: not read).
-func NewExecution(r execution.ExecutionRow, events []execution.Event) Execution {
+// NewExecution converts an execution and its events (nil: not read).
+func NewExecution(x taskling.ExecutionInfo, events []taskling.ExecutionEvent) Execution {
 	e := Execution{
-		ID: r.ID, Status: r.Status, StartedAt: r.StartedAt, CompletedAt: r.CompletedAt,
-		LastKeepAlive: r.LastKeepAlive, Host: r.Host, ReferenceValue: r.ReferenceValue, Header: r.Header,
-		FencingToken: r.Fence, ItemsDone: r.ItemsDone, ItemsTotal: r.ItemsTotal,
-		BlockedReason: r.BlockedReason, ReclaimedAt: r.ReclaimedAt, ScheduledFor: r.ScheduledFor,
-		LibraryVersion: r.LibraryVersion,
+		ID: x.ID, Status: string(x.Status), StartedAt: x.StartedAt, CompletedAt: nonZeroTime(x.CompletedAt),
+		LastKeepAlive: x.LastHeartbeat, Host: x.Host, ReferenceValue: nonEmpty(x.ReferenceValue), Header: x.Header,
+		FencingToken: nonZero(x.FencingToken), BlockedReason: nonEmpty(x.BlockedReason),
+		ReclaimedAt: nonZeroTime(x.ReclaimedAt), ScheduledFor: nonZeroTime(x.ScheduledFor),
+		LibraryVersion: x.LibraryVersion,
 	}
+	e.ItemsDone, e.ItemsTotal = progress(x.ItemsDone, x.ItemsTotal)
 	for _, ev := range events {
-		e.Events = append(e.Events, Event{Type: EventTypeName(ev.Type), Message: ev.Message, OccurredAt: ev.OccurredAt})
+		e.Events = append(e.Events, Event{Type: string(ev.Type), Message: nonEmpty(ev.Message), OccurredAt: ev.OccurredAt})
 	}
 	return e
 }
 
-// EventTypeName names an event type.
-func EventTypeName(t int16) string {
-	switch t {
-	case execution.EventStart:
-		return "start"
-	case execution.EventCheckpoint:
-		return "checkpoint"
-	case execution.EventError:
-		return "error"
-	case execution.EventEnd:
-		return "end"
-	case execution.EventBlocked:
-		return "blocked"
+// progress is null, null until progress was set.
+func progress(done, total int64) (*int64, *int64) {
+	if done == 0 && total == 0 {
+		return nil, nil
 	}
-	return "unknown"
+	return &done, &total
+}
+
+func nonZero[T int | int64](v T) *T {
+	if v == 0 {
+		return nil
+	}
+	return &v
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func nonZeroTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 func durationText(d *time.Duration) *string {

@@ -1,0 +1,4 @@
+package execution
+
+// NotifyChannelForTest is the channel on which freed slots are announced.
+const NotifyChannelForTest = notifyChannel

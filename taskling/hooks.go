@@ -1,0 +1,130 @@
+package taskling
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Hooks are callbacks a Client calls as it works, for metrics and tracing; package
+// taskling/tasklingprom turns them into Prometheus metrics. A nil func is not called. Hooks run
+// synchronously on the goroutine doing the work: keep them fast and never block in them.
+type Hooks struct {
+	// AcquireDone: an acquire transaction ended (granted, denied or failed) after took, retries
+	// included.
+	AcquireDone func(app, task string, took time.Duration)
+	// Granted: a start was granted a slot.
+	Granted func(app, task string)
+	// Denied: a start was denied. A WaitForSlot start counts once, when it gives up.
+	Denied func(app, task string, reason DenyReason)
+	// Reclaimed: an acquisition took slots from (or removed the slots of) n dead holders.
+	Reclaimed func(app, task string, n int)
+	// LeaseLost: an execution's context was cancelled with ErrLeaseLost.
+	LeaseLost func(app, task string)
+	// HeartbeatFailed: a heartbeat failed; it is retried.
+	HeartbeatFailed func(app, task string)
+}
+
+// DenyReason says why a start was denied.
+type DenyReason string
+
+const (
+	DenyLimit     DenyReason = "limit"     // every slot is held (ErrLimitReached)
+	DenyDisabled  DenyReason = "disabled"  // the task is disabled (ErrTaskDisabled)
+	DenyDuplicate DenyReason = "duplicate" // an idempotent reference already ran (ErrDuplicateReference)
+)
+
+// AddHooks adds h to the hooks the client calls from now on.
+func (c *Client) AddHooks(h Hooks) { c.hooks.add(h) }
+
+// hookList is the hooks a Client calls; reading it on the hot path is one atomic load.
+type hookList struct {
+	mu   sync.Mutex // serializes add
+	list atomic.Pointer[[]Hooks]
+}
+
+func (l *hookList) add(h Hooks) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var next []Hooks
+	if cur := l.list.Load(); cur != nil {
+		next = append(next, *cur...)
+	}
+	next = append(next, h)
+	l.list.Store(&next)
+}
+
+func (l *hookList) each(fn func(Hooks)) {
+	if cur := l.list.Load(); cur != nil {
+		for _, h := range *cur {
+			fn(h)
+		}
+	}
+}
+
+func (l *hookList) acquireDone(app, task string, took time.Duration) {
+	l.each(func(h Hooks) {
+		if h.AcquireDone != nil {
+			h.AcquireDone(app, task, took)
+		}
+	})
+}
+
+func (l *hookList) granted(app, task string) {
+	l.each(func(h Hooks) {
+		if h.Granted != nil {
+			h.Granted(app, task)
+		}
+	})
+}
+
+func (l *hookList) denied(app, task string, reason DenyReason) {
+	l.each(func(h Hooks) {
+		if h.Denied != nil {
+			h.Denied(app, task, reason)
+		}
+	})
+}
+
+func (l *hookList) reclaimed(app, task string, n int) {
+	l.each(func(h Hooks) {
+		if h.Reclaimed != nil {
+			h.Reclaimed(app, task, n)
+		}
+	})
+}
+
+func (l *hookList) leaseLost(app, task string) {
+	l.each(func(h Hooks) {
+		if h.LeaseLost != nil {
+			h.LeaseLost(app, task)
+		}
+	})
+}
+
+func (l *hookList) heartbeatFailed(app, task string) {
+	l.each(func(h Hooks) {
+		if h.HeartbeatFailed != nil {
+			h.HeartbeatFailed(app, task)
+		}
+	})
+}
+
+// Stats are a client's counters since it was created.
+type Stats struct {
+	// Transactions is the number of token transactions that ended without error (committed, or
+	// rolled back with nothing to write).
+	Transactions int64
+	// Operations is the number of acquisitions and releases they served: more than Transactions
+	// when one process's concurrent requests on a task were served together.
+	Operations int64
+	// Retries is the number of token transactions retried after a serialization failure, a
+	// deadlock, or a holder that renewed its lease while being reclaimed.
+	Retries int64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	s := c.store.Stats()
+	return Stats{Transactions: s.Transactions, Operations: s.Operations, Retries: s.SerializationRetries}
+}

@@ -1,0 +1,339 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// The read side for operators and tools (the CLI, the HTTP API, dashboards): tasks with their
+// slots and holders, executions with their events. Reads never take a task's lock, so they cannot
+// slow the acquire path down; what they report is a snapshot judged on the database clock.
+
+// ErrNotFound: no task or execution by that name or id.
+var ErrNotFound = errors.New("taskling: not found")
+
+// notFound says what was not found; it matches ErrNotFound.
+type notFound string
+
+func (e notFound) Error() string        { return "taskling: " + string(e) + ": not found" }
+func (e notFound) Is(target error) bool { return target == ErrNotFound }
+
+// LimitSource says where a task's limit in force comes from.
+type LimitSource string
+
+const (
+	// LimitSourceOverride: an operator's override stored in the task row.
+	LimitSourceOverride LimitSource = "override"
+	// LimitSourceDeclared: the limit last declared by a requester (its code or config).
+	LimitSourceDeclared LimitSource = "declared"
+	// LimitSourceNone: nothing declared yet (the task row exists but was never acquired).
+	LimitSourceNone LimitSource = "none"
+)
+
+// TaskInfo is one task as operators see it.
+type TaskInfo struct {
+	Application string
+	Task        string
+	// Limit in force: the operator's override if set, else the last requester's declared limit;
+	// -1 unlimited, 0 while LimitSource is LimitSourceNone.
+	Limit       int
+	LimitSource LimitSource
+	// DeclaredLimit is the limit the last requester declared (0: none yet), by DeclaredBy.
+	DeclaredLimit int
+	DeclaredBy    string
+	// Overrides are the operator's overrides (nil fields are not overridden), last changed at
+	// OverridesUpdatedAt (zero if never).
+	Overrides          SettingsUpdate
+	OverridesUpdatedAt time.Time
+	// SlotsUsed counts slots held by live executions (for an unlimited task, its live
+	// executions); SlotsTotal is the limit in force (-1 unlimited); SlotsRetiring counts held
+	// slots to be removed when returned, after a lowered limit.
+	SlotsUsed     int
+	SlotsTotal    int
+	SlotsRetiring int
+	// Fence is the last fencing token granted.
+	Fence int64
+	// LastExecution is the newest execution, granted or denied; nil if none.
+	LastExecution *ExecutionRef
+}
+
+// ExecutionRef names an execution with its status.
+type ExecutionRef struct {
+	ID        int64
+	Status    Status
+	StartedAt time.Time
+}
+
+// TaskDetail is one task with its slots.
+type TaskDetail struct {
+	TaskInfo
+	Slots []Slot
+}
+
+// SlotStatus is the state of one slot.
+type SlotStatus string
+
+const (
+	SlotHeld      SlotStatus = "held"
+	SlotAvailable SlotStatus = "available"
+	// SlotRetiring: held, but removed when returned (the limit was lowered below the live holders).
+	SlotRetiring SlotStatus = "retiring"
+	// SlotUnlimited: an unlimited task shows one such slot per execution that may hold it.
+	SlotUnlimited SlotStatus = "unlimited"
+)
+
+// Slot is one slot of a task and its holder.
+type Slot struct {
+	TokenID uuid.UUID
+	Status  SlotStatus
+	Holder  *Holder // nil for an available slot
+}
+
+// Holder is the execution a slot was granted to, judged on the database clock.
+type Holder struct {
+	ExecutionID int64
+	// Found is false when the execution row is missing: the slot is then free for the next start,
+	// and the other fields are zero.
+	Found         bool
+	Host          string
+	StartedAt     time.Time
+	LastHeartbeat time.Time
+	HeartbeatAge  time.Duration
+	Alive         bool
+	Fence         int64
+	ItemsDone     int64
+	ItemsTotal    int64
+}
+
+// TaskFilter selects tasks. A nil *TaskFilter selects every task.
+type TaskFilter struct {
+	// Application keeps only this application's tasks ("" = all).
+	Application string
+}
+
+// TaskPage is the result of Tasks: tasks ordered by application and task name.
+type TaskPage struct {
+	Tasks []TaskInfo
+}
+
+// Tasks returns the tasks filter selects.
+func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error) {
+	var app string
+	if filter != nil && filter.Application != "" {
+		if err := validateName("TaskFilter.Application", filter.Application); err != nil {
+			return TaskPage{}, err
+		}
+		app = filter.Application
+	}
+	sums, err := c.store.ListTasks(ctx, app)
+	if err != nil {
+		return TaskPage{}, err
+	}
+	page := TaskPage{Tasks: make([]TaskInfo, len(sums))}
+	for i, s := range sums {
+		page.Tasks[i] = taskInfoOf(s)
+	}
+	return page, nil
+}
+
+// Task returns one task with its slots, or an error wrapping ErrNotFound.
+func (c *Client) Task(ctx context.Context, app, task string) (TaskDetail, error) {
+	if err := validateTask(app, task); err != nil {
+		return TaskDetail{}, err
+	}
+	sum, ok, err := c.store.TaskSummary(ctx, app, task)
+	if err != nil {
+		return TaskDetail{}, err
+	}
+	if !ok {
+		return TaskDetail{}, notFound("task " + app + "/" + task)
+	}
+	slots, err := c.store.TaskSlots(ctx, sum.ID)
+	if err != nil {
+		return TaskDetail{}, err
+	}
+	d := TaskDetail{TaskInfo: taskInfoOf(sum), Slots: make([]Slot, len(slots))}
+	for i, s := range slots {
+		d.Slots[i] = slotOf(s)
+	}
+	return d, nil
+}
+
+// MaxExecutionsPage is the largest page Executions returns.
+const MaxExecutionsPage = 500
+
+// DefaultExecutionsPage is the page size when ExecutionFilter.Limit is 0.
+const DefaultExecutionsPage = 50
+
+// ExecutionFilter selects a page of a task's executions, newest first. A nil *ExecutionFilter
+// means the newest DefaultExecutionsPage executions of any status.
+type ExecutionFilter struct {
+	// Status keeps only executions with this status ("" = all).
+	Status Status
+	// Before keeps only executions with a smaller id (0 = from the newest): pass the previous
+	// page's NextBefore to get the next page.
+	Before int64
+	// Limit is the page size, 1 to MaxExecutionsPage; 0 means DefaultExecutionsPage.
+	Limit int
+}
+
+// ExecutionPage is a page of executions, newest first. NextBefore is the Before of the next page,
+// 0 when this is the last.
+type ExecutionPage struct {
+	Executions []ExecutionInfo
+	NextBefore int64
+}
+
+// Executions returns a page of app/task's executions, newest first, or an error wrapping
+// ErrNotFound when the task does not exist.
+func (c *Client) Executions(ctx context.Context, app, task string, filter *ExecutionFilter) (ExecutionPage, error) {
+	if err := validateTask(app, task); err != nil {
+		return ExecutionPage{}, err
+	}
+	f := ExecutionFilter{}
+	if filter != nil {
+		f = *filter
+	}
+	if f.Status != "" {
+		if _, err := ParseStatus(string(f.Status)); err != nil {
+			return ExecutionPage{}, err
+		}
+	}
+	switch {
+	case f.Limit == 0:
+		f.Limit = DefaultExecutionsPage
+	case f.Limit < 1 || f.Limit > MaxExecutionsPage:
+		return ExecutionPage{}, fmt.Errorf("%w: ExecutionFilter.Limit is %d; want 1 to %d", ErrInvalidArgument, f.Limit, MaxExecutionsPage)
+	}
+	if f.Before < 0 {
+		return ExecutionPage{}, fmt.Errorf("%w: ExecutionFilter.Before is %d; want an execution id or 0", ErrInvalidArgument, f.Before)
+	}
+	id, ok, err := c.store.FindTask(ctx, app, task)
+	if err != nil {
+		return ExecutionPage{}, err
+	}
+	if !ok {
+		return ExecutionPage{}, notFound("task " + app + "/" + task)
+	}
+	rows, more, err := c.store.Executions(ctx, execution.ExecutionsQuery{TaskID: id, Status: string(f.Status), BeforeID: f.Before, Limit: f.Limit})
+	if err != nil {
+		return ExecutionPage{}, err
+	}
+	page := ExecutionPage{Executions: make([]ExecutionInfo, len(rows))}
+	for i, r := range rows {
+		page.Executions[i] = infoFromRow(r)
+	}
+	if more {
+		page.NextBefore = rows[len(rows)-1].ID
+	}
+	return page, nil
+}
+
+// EventType is the kind of an execution event.
+type EventType string
+
+const (
+	EventStart      EventType = "start"
+	EventCheckpoint EventType = "checkpoint"
+	EventError      EventType = "error"
+	EventEnd        EventType = "end"
+	EventBlocked    EventType = "blocked"
+)
+
+// ExecutionEvent is one event of an execution.
+type ExecutionEvent struct {
+	Type       EventType
+	Message    string
+	OccurredAt time.Time
+}
+
+// ExecutionDetail is one execution with its task and events.
+type ExecutionDetail struct {
+	ExecutionInfo
+	Application string
+	Task        string
+	Events      []ExecutionEvent
+}
+
+// Execution returns one execution with its events, or an error wrapping ErrNotFound.
+func (c *Client) Execution(ctx context.Context, id int64) (ExecutionDetail, error) {
+	if id < 1 {
+		return ExecutionDetail{}, fmt.Errorf("%w: execution id %d; want a positive integer", ErrInvalidArgument, id)
+	}
+	row, ok, err := c.store.Execution(ctx, id)
+	if err != nil {
+		return ExecutionDetail{}, err
+	}
+	if !ok {
+		return ExecutionDetail{}, notFound(fmt.Sprintf("execution %d", id))
+	}
+	events, err := c.store.Events(ctx, id)
+	if err != nil {
+		return ExecutionDetail{}, err
+	}
+	d := ExecutionDetail{ExecutionInfo: infoFromRow(row.ExecutionRow), Application: row.Application, Task: row.Task,
+		Events: make([]ExecutionEvent, len(events))}
+	for i, ev := range events {
+		d.Events[i] = ExecutionEvent{Type: EventType(ev.Type), Message: ev.Message, OccurredAt: ev.OccurredAt}
+	}
+	return d, nil
+}
+
+// ParseStatus returns the Status named s, or an error wrapping ErrInvalidArgument that lists the
+// statuses.
+func ParseStatus(s string) (Status, error) {
+	for _, st := range Statuses {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("%w: status %q; want %s", ErrInvalidArgument, s, statusList)
+}
+
+func taskInfoOf(s execution.TaskSummary) TaskInfo {
+	t := TaskInfo{
+		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: LimitSource(s.LimitSource),
+		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
+		Overrides: updateOf(s.Overrides),
+	}
+	if s.DeclaredLimit != nil {
+		t.DeclaredLimit = *s.DeclaredLimit
+	}
+	if s.DeclaredBy != nil {
+		t.DeclaredBy = *s.DeclaredBy
+	}
+	if s.Overrides.UpdatedAt != nil {
+		t.OverridesUpdatedAt = *s.Overrides.UpdatedAt
+	}
+	if l := s.LastExecution; l != nil {
+		t.LastExecution = &ExecutionRef{ID: l.ID, Status: Status(l.Status), StartedAt: l.StartedAt}
+	}
+	return t
+}
+
+func slotOf(s execution.Slot) Slot {
+	out := Slot{TokenID: s.TokenID, Status: SlotStatus(s.Status)}
+	if h := s.Holder; h != nil {
+		out.Holder = &Holder{
+			ExecutionID: h.ExecutionID, Found: h.Found, Host: h.Host, StartedAt: h.StartedAt,
+			LastHeartbeat: h.LastKeepAlive, HeartbeatAge: h.HeartbeatAge, Alive: h.Alive, Fence: h.Fence,
+			ItemsDone: h.ItemsDone, ItemsTotal: h.ItemsTotal,
+		}
+	}
+	return out
+}
+
+// headerJSON returns a stored header, nil when there is none.
+func headerJSON(h json.RawMessage) json.RawMessage {
+	if len(h) == 0 {
+		return nil
+	}
+	return h
+}

@@ -1,0 +1,128 @@
+// Package tasklingprom exposes a taskling Client's work as Prometheus metrics. It lives apart
+// from package taskling so that programs that never scrape metrics do not link Prometheus.
+//
+//	client, err := taskling.NewClient(pool, nil)
+//	…
+//	prometheus.MustRegister(tasklingprom.New(client))
+//
+// The label "task" is "application/task". Counters and the histogram count what this process
+// did, from the moment New is called. The two slot gauges are read from the database when
+// scraped, so they are fleet-wide: every process reports the same values — aggregate them with
+// max(), not sum().
+//
+//	taskling_slots_in_use{task}              slots held by live executions (gauge, from the DB)
+//	taskling_slots_limit{task}               limit in force, -1 unlimited (gauge, from the DB)
+//	taskling_grants_total{task}              starts granted a slot
+//	taskling_denials_total{task,reason}      starts denied: reason limit, disabled or duplicate
+//	                                         (a WaitForSlot start counts once, when it gives up)
+//	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
+//	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
+//	taskling_heartbeat_failures_total{task}  heartbeats that failed and were retried
+//	taskling_acquire_duration_seconds{task}  duration of each acquire transaction, retries included
+//	taskling_metrics_scrape_errors_total     scrapes whose database query for the gauges failed
+package tasklingprom
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskling-go/taskling/taskling"
+)
+
+// ScrapeTimeout bounds the database query that the slot gauges run when scraped.
+const ScrapeTimeout = 5 * time.Second
+
+// Metrics is a prometheus.Collector of one Client's metrics.
+type Metrics struct {
+	client *taskling.Client
+
+	grants            *prometheus.CounterVec
+	denials           *prometheus.CounterVec
+	reclaims          *prometheus.CounterVec
+	leaseLosses       *prometheus.CounterVec
+	heartbeatFailures *prometheus.CounterVec
+	acquireSeconds    *prometheus.HistogramVec
+	slotsInUse        *prometheus.Desc
+	slotsLimit        *prometheus.Desc
+	scrapeErrors      prometheus.Counter
+
+	registry *prometheus.Registry
+}
+
+// New returns the metrics of client, which it starts counting through client.AddHooks.
+func New(client *taskling.Client) *Metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "taskling", Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		client:            client,
+		grants:            counter("grants_total", "Starts granted a slot.", "task"),
+		denials:           counter("denials_total", "Starts denied, by reason (limit, disabled, duplicate).", "task", "reason"),
+		reclaims:          counter("reclaims_total", "Slots taken from, or removed with, dead holders.", "task"),
+		leaseLosses:       counter("lease_losses_total", "Executions whose context was cancelled because the lease was lost.", "task"),
+		heartbeatFailures: counter("heartbeat_failures_total", "Heartbeats that failed and were retried.", "task"),
+		acquireSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "taskling", Name: "acquire_duration_seconds",
+			Help:    "Duration of the acquire transaction, retries included.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"task"}),
+		slotsInUse: prometheus.NewDesc("taskling_slots_in_use", "Slots held by live executions, read from the database (fleet-wide).", []string{"task"}, nil),
+		slotsLimit: prometheus.NewDesc("taskling_slots_limit", "Concurrency limit in force, read from the database (-1 unlimited).", []string{"task"}, nil),
+		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "taskling", Name: "metrics_scrape_errors_total",
+			Help: "Scrapes whose database query for the slot gauges failed."}),
+	}
+	m.registry = prometheus.NewRegistry()
+	m.registry.MustRegister(m)
+	name := func(app, task string) string { return app + "/" + task }
+	client.AddHooks(taskling.Hooks{
+		AcquireDone: func(app, task string, took time.Duration) {
+			m.acquireSeconds.WithLabelValues(name(app, task)).Observe(took.Seconds())
+		},
+		Granted: func(app, task string) { m.grants.WithLabelValues(name(app, task)).Inc() },
+		Denied: func(app, task string, reason taskling.DenyReason) {
+			m.denials.WithLabelValues(name(app, task), string(reason)).Inc()
+		},
+		Reclaimed:       func(app, task string, n int) { m.reclaims.WithLabelValues(name(app, task)).Add(float64(n)) },
+		LeaseLost:       func(app, task string) { m.leaseLosses.WithLabelValues(name(app, task)).Inc() },
+		HeartbeatFailed: func(app, task string) { m.heartbeatFailures.WithLabelValues(name(app, task)).Inc() },
+	})
+	return m
+}
+
+// Registry returns a registry holding only these metrics (what `taskling serve` serves).
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// counted are the metrics that count what this process did.
+func (m *Metrics) counted() []prometheus.Collector {
+	return []prometheus.Collector{m.grants, m.denials, m.reclaims, m.leaseLosses, m.heartbeatFailures, m.acquireSeconds, m.scrapeErrors}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.counted() {
+		c.Describe(ch)
+	}
+	ch <- m.slotsInUse
+	ch <- m.slotsLimit
+}
+
+// Collect implements prometheus.Collector. It reads the slot gauges from the database (bounded by
+// ScrapeTimeout); when that fails they are left out and taskling_metrics_scrape_errors_total grows.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+	defer cancel()
+	if page, err := m.client.Tasks(ctx, nil); err != nil {
+		m.scrapeErrors.Inc()
+	} else {
+		for _, t := range page.Tasks {
+			name := t.Application + "/" + t.Task
+			ch <- prometheus.MustNewConstMetric(m.slotsInUse, prometheus.GaugeValue, float64(t.SlotsUsed), name)
+			ch <- prometheus.MustNewConstMetric(m.slotsLimit, prometheus.GaugeValue, float64(t.Limit), name)
+		}
+	}
+	for _, c := range m.counted() {
+		c.Collect(ch)
+	}
+}

@@ -1,0 +1,112 @@
+package tasklingprom_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/taskling/tasklingprom"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+// metricValue gathers m's registry and returns the value of the named metric whose labels include
+// want (a counter, gauge or histogram's sample count); -1 when absent.
+func metricValue(t *testing.T, m *tasklingprom.Metrics, name string, want map[string]string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, metric := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range metric.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue next
+				}
+			}
+			return value(metric)
+		}
+	}
+	return -1
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
+	}
+	return -1
+}
+
+func TestMetricsFollowGrantsDenialsLeaseLossesAndReclaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	// Override mode: a holder is dead 500 ms after its start, and cancels itself before that.
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host", Defaults: taskling.TaskSettings{
+		ConcurrencyLimit: 1, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 500 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	task := map[string]string{"task": "app/task"}
+	get := func(name string, labels map[string]string) float64 { return metricValue(t, m, name, labels) }
+
+	require.Equal(t, -1.0, get("taskling_grants_total", task), "nothing started yet")
+	first, err := client.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, get("taskling_grants_total", task))
+	require.Equal(t, 1.0, get("taskling_slots_in_use", task))
+	require.Equal(t, 1.0, get("taskling_slots_limit", task))
+
+	_, err = client.StartExecution(ctx, "app", "task", nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	require.Equal(t, 1.0, get("taskling_denials_total", map[string]string{"task": "app/task", "reason": "limit"}))
+
+	<-first.Context().Done()
+	require.Equal(t, 1.0, get("taskling_lease_losses_total", task))
+	require.Eventually(t, func() bool { return get("taskling_slots_in_use", task) == 0 }, 5*time.Second, 50*time.Millisecond,
+		"the holder is judged dead on the DB clock")
+	second, err := client.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = second.Complete(ctx) })
+	require.Equal(t, 1.0, get("taskling_reclaims_total", task))
+	require.Equal(t, 2.0, get("taskling_grants_total", task))
+	require.Equal(t, 3.0, get("taskling_acquire_duration_seconds", task), "one observation per acquire")
+
+	limit := 3
+	require.NoError(t, client.UpdateTaskSettings(ctx, "app", "task", taskling.SettingsUpdate{ConcurrencyLimit: &limit}))
+	require.Equal(t, 3.0, get("taskling_slots_limit", task), "the override is the limit in force")
+	disabled := false
+	require.NoError(t, client.UpdateTaskSettings(ctx, "app", "task", taskling.SettingsUpdate{Enabled: &disabled}))
+	_, err = client.StartExecution(ctx, "app", "task", nil)
+	require.ErrorIs(t, err, taskling.ErrTaskDisabled)
+	require.Equal(t, 1.0, get("taskling_denials_total", map[string]string{"task": "app/task", "reason": "disabled"}))
+}
+
+func TestScrapeErrorsAreCountedWhenTheDatabaseIsAway(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host"})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	pool.Close()
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_metrics_scrape_errors_total", nil))
+}
