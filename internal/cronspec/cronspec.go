@@ -62,6 +62,12 @@ func Parse(spec, zone string) (*Schedule, error) {
 	case strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ="):
 		return nil, fmt.Errorf("%w %q: give the time zone as an option, not in the spec", ErrInvalidSpec, spec)
 	}
+	if d, ok := strings.CutPrefix(spec, "@every "); ok {
+		// The parser truncates @every to whole seconds silently ("1500ms" would run every 1s).
+		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil && (every < time.Second || every%time.Second != 0) {
+			return nil, fmt.Errorf("%w %q: @every takes whole seconds of at least 1s (like @every 2s or @every 90s), not %s", ErrInvalidSpec, spec, every)
+		}
+	}
 	parsed, err := parser.Parse("TZ=UTC " + spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w %q: %s", ErrInvalidSpec, spec, describe(spec, err))

@@ -141,6 +141,29 @@ func TestParseErrorsNameTheSpecAndField(t *testing.T) {
 	}
 }
 
+// TestEveryWithFractionalSecondsIsRefused is issue 15 item 2: the parser truncated "@every
+// 1500ms" to 1s, and it ran every second while the registration recorded 1500ms.
+func TestEveryWithFractionalSecondsIsRefused(t *testing.T) {
+	for _, spec := range []string{"@every 1500ms", "@every 2500ms", "@every 1.5s", "@every 999ms", "@every 1m30.5s"} {
+		_, err := Parse(spec, "")
+		if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), "whole seconds") || !strings.Contains(err.Error(), spec) {
+			t.Errorf("Parse(%q) = %v; want an error naming the spec and asking for whole seconds", spec, err)
+		}
+	}
+	for _, spec := range []string{"@every 1s", "@every 90s", "@every 2m", "@every 1h30m"} {
+		s, err := Parse(spec, "")
+		if err != nil {
+			t.Errorf("Parse(%q): %v", spec, err)
+			continue
+		}
+		at := time.Unix(0, 0).UTC()
+		d, _ := time.ParseDuration(strings.TrimPrefix(spec, "@every "))
+		if next := s.Next(at); !next.Equal(at.Add(d)) {
+			t.Errorf("%q: Next(epoch) = %s; want %s", spec, next, at.Add(d))
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"* * * * *", "*/5 1-3 * JAN-MAR MON", "@every 1h", "0 0 30 2 *", "1,2,3 * * * * *"} {
 		f.Add(s)
