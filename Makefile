@@ -40,7 +40,7 @@ bench:
 
 ## chaos: the long multi-process chaos tests.
 chaos:
-	TASKLING_CHAOS=long $(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./taskling/
+	TASKLING_CHAOS=long $(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 40m -v ./taskling/
 	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./...
 
 ## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL).

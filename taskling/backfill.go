@@ -94,7 +94,8 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 // claimWhenFree acquires a slot for req's instant, waiting while the slot is held. Unlike a
 // WaitForSlot start it records nothing when ctx ends first, so the instant stays backfillable.
 func (c *Client) claimWhenFree(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
-	var wake <-chan struct{}
+	wake, unsubscribe := c.notifier.Subscribe(req.TaskID) // before the first attempt: no lost wake-up
+	defer unsubscribe()
 	for {
 		cctx, cancel := claimContext(ctx)
 		res, err := c.acquire(cctx, app, task, req)
@@ -106,11 +107,6 @@ func (c *Client) claimWhenFree(ctx context.Context, app, task string, req execut
 		}
 		if !errors.Is(err, ErrLimitReached) {
 			return nil, err
-		}
-		if wake == nil {
-			ch, unsubscribe := c.notifier.Subscribe(req.TaskID)
-			defer unsubscribe()
-			wake = ch
 		}
 		switch c.wait(ctx, retryDelay(res, c.maxPoll), wake) {
 		case waitCancelled:

@@ -68,6 +68,10 @@ type Client struct {
 
 	sched scheduler // cron registrations (schedule.go)
 
+	testHooks struct {
+		claimDenied func() // a scheduler claim was denied for the limit (export_test.go)
+	}
+
 	closeOnce sync.Once
 	closed    chan struct{}
 	live      sync.WaitGroup // heartbeats of executions started by this client
@@ -214,6 +218,9 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 	}
 	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
 		return fmt.Errorf("%w: DeathMode (operator override) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, int(*update.DeathMode))
+	}
+	if err := update.toStore().ValidateFields(); err != nil {
+		return err // before the task row is created: a refused update writes nothing
 	}
 	id, err := c.taskID(ctx, app, task)
 	if err != nil {

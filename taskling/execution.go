@@ -59,7 +59,7 @@ func (c *Client) newExecution(app, task string, req execution.AcquireRequest, re
 	e := &Execution{
 		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, tokenID: res.TokenID,
 		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, header: req.Header,
-		leaseTTL:      threshold - safetyMargin(declared, threshold),
+		leaseTTL:      threshold - safetyMargin(declared, res.Effective),
 		heartbeats:    res.Effective.KeepAlive(),
 		heartbeatDone: make(chan struct{}),
 	}
@@ -266,6 +266,11 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 		return fmt.Errorf("taskling: complete execution %d: %w", e.id, err)
 	}
 	e.completed = true
+	if !res.LeaseLost {
+		// A slot went back: wake this process's longest waiter for it at once, without waiting
+		// for the notification to come back from the database.
+		e.c.notifier.Pass(e.taskID)
+	}
 	if res.LeaseLost {
 		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s had been reclaimed; its slot belongs to another execution", ErrLeaseLost, e.id, e.app, e.task)
 	}
@@ -299,10 +304,15 @@ func (e *Execution) RecordError(ctx context.Context, message string, markFailed 
 }
 
 // SetProgress stores how many items are done out of total (0 = unknown), visible in the history
-// and the API.
+// and the API. done may not exceed a known total.
 func (e *Execution) SetProgress(ctx context.Context, done, total int64) error {
-	if done < 0 || total < 0 {
-		return fmt.Errorf("%w: SetProgress(%d, %d): done and total must not be negative", ErrInvalidArgument, done, total)
+	switch {
+	case done < 0:
+		return fmt.Errorf("%w: SetProgress: done is %d; must not be negative", ErrInvalidArgument, done)
+	case total < 0:
+		return fmt.Errorf("%w: SetProgress: total is %d; must not be negative", ErrInvalidArgument, total)
+	case total > 0 && done > total:
+		return fmt.Errorf("%w: SetProgress: done (%d) exceeds total (%d)", ErrInvalidArgument, done, total)
 	}
 	if err := e.active(); err != nil {
 		return err

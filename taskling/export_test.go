@@ -19,3 +19,7 @@ func (e *Execution) PassLeaseDeadlineForTest() {
 	e.leaseDeadline = time.Now().Add(-time.Millisecond)
 	e.mu.Unlock()
 }
+
+// OnClaimDeniedForTest makes f run each time a scheduler claim of c is denied for the limit,
+// between the denied transaction and the wait that follows it.
+func (c *Client) OnClaimDeniedForTest(f func()) { c.testHooks.claimDenied = f }

@@ -76,9 +76,13 @@ const maxScheduleSleep = 30 * time.Second
 // scheduleLoop decides r's instants until ctx ends. Runs get runCtx (RunScheduler's), so that
 // replacing a registration does not cancel a run in progress.
 func (c *Client) scheduleLoop(ctx, runCtx context.Context, r *registration, runs *sync.WaitGroup) {
+	// Subscribed before the first claim: a slot freed between a denied claim and the wait must
+	// wake the loop. (Subscribing after the denial missed such a release, and the loop slept
+	// until the holder's death threshold.)
+	slotFreed, unsubscribe := c.notifier.Subscribe(r.taskID)
+	defer unsubscribe()
 	failures := 0
 	var warned string
-	var slotFreed <-chan struct{} // subscribed on first need
 	for ctx.Err() == nil {
 		wait, wakeOnSlot, err := c.scheduleStep(ctx, runCtx, r, runs, &warned)
 		switch {
@@ -97,11 +101,6 @@ func (c *Client) scheduleLoop(ctx, runCtx context.Context, r *registration, runs
 		}
 		var wake <-chan struct{}
 		if wakeOnSlot {
-			if slotFreed == nil {
-				ch, unsubscribe := c.notifier.Subscribe(r.taskID)
-				slotFreed = ch
-				defer unsubscribe()
-			}
 			wake = slotFreed
 		}
 		c.wait(ctx, wait, wake)
@@ -190,6 +189,9 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	case errors.Is(err, ErrLimitReached) && res.ExecutionID != 0:
 		return 0, false, nil // skipped for overlap, recorded with the cursor's advance
 	case errors.Is(err, ErrLimitReached):
+		if hook := c.testHooks.claimDenied; hook != nil {
+			hook()
+		}
 		return retryDelay(res, c.maxPoll), true, nil
 	default:
 		return 0, false, err
