@@ -12,18 +12,35 @@ const (
 	modeOverride  int16 = 2 // dead when the DB clock passes the start + OverrideThreshold
 )
 
-func modeName(m int16) string {
-	switch m {
-	case modeKeepAlive:
-		return "keepalive"
-	case modeOverride:
-		return "override"
-	}
-	return fmt.Sprintf("DeathMode(%d)", m)
-}
-
 // ErrInvalidSettings is wrapped by every settings validation error.
 var ErrInvalidSettings = errors.New("invalid settings")
+
+// Bounds of the settings (taskling re-exports them).
+const (
+	// MaxConcurrencyLimit bounds a limit: the token list (about 50 bytes a slot) is rewritten by
+	// every acquire under the task row's lock.
+	MaxConcurrencyLimit = 10000
+	// MinKeepAliveInterval bounds the heartbeat rate from above.
+	MinKeepAliveInterval = 50 * time.Millisecond
+	// MinThreshold is the shortest KeepAliveDeathThreshold or OverrideThreshold.
+	MinThreshold = 250 * time.Millisecond
+)
+
+// checkLimit checks a concurrency limit; in names the layer it came from.
+func checkLimit(limit int, in string) error {
+	if limit != -1 && (limit < 1 || limit > MaxConcurrencyLimit) {
+		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or 1 to %d", ErrInvalidSettings, in, limit, MaxConcurrencyLimit)
+	}
+	return nil
+}
+
+// checkMin checks that a duration setting is at least min.
+func checkMin(field, in string, d, min time.Duration) error {
+	if d < min {
+		return fmt.Errorf("%w: %s%s is %s; want at least %s", ErrInvalidSettings, field, in, d, min)
+	}
+	return nil
+}
 
 // Settings are the complete, effective settings of a task: every field is set.
 type Settings struct {
@@ -46,22 +63,25 @@ func (s Settings) Validate(source string) error {
 	if source != "" {
 		in = " (" + source + ")"
 	}
-	switch {
-	case s.ConcurrencyLimit != -1 && s.ConcurrencyLimit < 1:
-		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, s.ConcurrencyLimit)
-	case s.DeathMode != modeKeepAlive && s.DeathMode != modeOverride:
+	if err := checkLimit(s.ConcurrencyLimit, in); err != nil {
+		return err
+	}
+	if s.DeathMode != modeKeepAlive && s.DeathMode != modeOverride {
 		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, s.DeathMode)
 	}
 	if s.DeathMode == modeOverride {
 		if s.OverrideThreshold <= 0 {
 			return fmt.Errorf("%w: OverrideThreshold%s is %s; Override mode needs a threshold above zero", ErrInvalidSettings, in, s.OverrideThreshold)
 		}
-		return nil
+		return checkMin("OverrideThreshold", in, s.OverrideThreshold, MinThreshold)
 	}
-	switch {
-	case s.KeepAliveInterval <= 0:
-		return fmt.Errorf("%w: KeepAliveInterval%s is %s; want more than zero", ErrInvalidSettings, in, s.KeepAliveInterval)
-	case s.KeepAliveDeathThreshold < 2*s.KeepAliveInterval:
+	if err := checkMin("KeepAliveInterval", in, s.KeepAliveInterval, MinKeepAliveInterval); err != nil {
+		return err
+	}
+	if err := checkMin("KeepAliveDeathThreshold", in, s.KeepAliveDeathThreshold, MinThreshold); err != nil {
+		return err
+	}
+	if s.KeepAliveDeathThreshold < 2*s.KeepAliveInterval {
 		return fmt.Errorf("%w: KeepAliveDeathThreshold%s (%s) must be at least twice KeepAliveInterval (%s)", ErrInvalidSettings, in, s.KeepAliveDeathThreshold, s.KeepAliveInterval)
 	}
 	return nil
@@ -120,19 +140,31 @@ func (o Overrides) Apply(declared Settings) Settings {
 // requester's declared settings at acquire time).
 func (o Overrides) ValidateFields() error {
 	const in = " (operator override)"
-	switch {
-	case o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != -1 && *o.ConcurrencyLimit < 1:
-		return fmt.Errorf("%w: ConcurrencyLimit%s is %d; want -1 (unlimited) or at least 1", ErrInvalidSettings, in, *o.ConcurrencyLimit)
-	case o.DeathMode != nil && *o.DeathMode != modeKeepAlive && *o.DeathMode != modeOverride:
+	if o.ConcurrencyLimit != nil {
+		if err := checkLimit(*o.ConcurrencyLimit, in); err != nil {
+			return err
+		}
+	}
+	if o.DeathMode != nil && *o.DeathMode != modeKeepAlive && *o.DeathMode != modeOverride {
 		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, *o.DeathMode)
-	case o.KeepAliveInterval != nil && *o.KeepAliveInterval <= 0:
-		return fmt.Errorf("%w: KeepAliveInterval%s is %s; want more than zero", ErrInvalidSettings, in, *o.KeepAliveInterval)
-	case o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold <= 0:
-		return fmt.Errorf("%w: KeepAliveDeathThreshold%s is %s; want more than zero", ErrInvalidSettings, in, *o.KeepAliveDeathThreshold)
-	case o.KeepAliveInterval != nil && o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold < 2**o.KeepAliveInterval:
+	}
+	for _, d := range []struct {
+		field string
+		value *time.Duration
+		min   time.Duration
+	}{
+		{"KeepAliveInterval", o.KeepAliveInterval, MinKeepAliveInterval},
+		{"KeepAliveDeathThreshold", o.KeepAliveDeathThreshold, MinThreshold},
+		{"OverrideThreshold", o.OverrideThreshold, MinThreshold},
+	} {
+		if d.value != nil {
+			if err := checkMin(d.field, in, *d.value, d.min); err != nil {
+				return err
+			}
+		}
+	}
+	if o.KeepAliveInterval != nil && o.KeepAliveDeathThreshold != nil && *o.KeepAliveDeathThreshold < 2**o.KeepAliveInterval {
 		return fmt.Errorf("%w: KeepAliveDeathThreshold%s (%s) must be at least twice KeepAliveInterval (%s)", ErrInvalidSettings, in, *o.KeepAliveDeathThreshold, *o.KeepAliveInterval)
-	case o.OverrideThreshold != nil && *o.OverrideThreshold <= 0:
-		return fmt.Errorf("%w: OverrideThreshold%s is %s; want more than zero", ErrInvalidSettings, in, *o.OverrideThreshold)
 	}
 	return nil
 }

@@ -124,11 +124,20 @@ CREATE TABLE IF NOT EXISTS taskling.schema_migrations (
 // from many hosts at once. It returns ErrChecksumMismatch (wrapped, naming the file) when an
 // applied migration differs from the embedded one, before applying anything newer.
 func Up(ctx context.Context, db Executor) error {
+	return UpTo(ctx, db, -1)
+}
+
+// UpTo is Up, but stops after version (a negative version means all). It serves rolling
+// upgrades and tests that upgrade a database holding the data of an older version.
+func UpTo(ctx context.Context, db Executor, version int) error {
 	all, err := All()
 	if err != nil {
 		return err
 	}
 	for _, m := range all {
+		if version >= 0 && m.Version > version {
+			break
+		}
 		if err := apply(ctx, db, m); err != nil {
 			return err
 		}

@@ -130,3 +130,35 @@ func TestHashNamesTheSchema(t *testing.T) {
 	require.Equal(t, h1, h2)
 	require.Regexp(t, `^[0-9a-f]{16}$`, h1)
 }
+
+// TestLimitCapUpgradeClampsExistingLimits is issue 15 item 4 on a database of the previous
+// version: a limit above 10000 (allowed before 0003) is clamped, and the CHECK refuses new ones.
+func TestLimitCapUpgradeClampsExistingLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.UpTo(ctx, pool, 2))
+	_, err := pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name, concurrency_limit, declared_limit)
+VALUES ('a', 'huge', 2000000000, 50000), ('a', 'fine', 3, -1), ('a', 'unlimited', -1, NULL)`)
+	require.NoError(t, err)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+	rows, err := pool.Query(ctx, `SELECT task_name, concurrency_limit, declared_limit FROM taskling.task_definition ORDER BY task_name`)
+	require.NoError(t, err)
+	type row struct {
+		task            string
+		limit, declared *int
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.task, &r.limit, &r.declared))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	ptr := func(n int) *int { return &n }
+	require.Equal(t, []row{{"fine", ptr(3), ptr(-1)}, {"huge", ptr(10000), ptr(10000)}, {"unlimited", ptr(-1), nil}}, got)
+
+	_, err = pool.Exec(ctx, `UPDATE taskling.task_definition SET concurrency_limit = 10001 WHERE task_name = 'fine'`)
+	require.ErrorContains(t, err, "task_definition_concurrency_limit_check")
+}

@@ -35,6 +35,17 @@ func (m DeathMode) String() string {
 	return fmt.Sprintf("DeathMode(%d)", int(m))
 }
 
+// Bounds of the settings (see the README's settings table).
+const (
+	// MaxConcurrencyLimit is the largest limit: every acquire rewrites the token list (about 50
+	// bytes a slot) under the task row's lock.
+	MaxConcurrencyLimit = execution.MaxConcurrencyLimit
+	// MinKeepAliveInterval is the shortest heartbeat period.
+	MinKeepAliveInterval = execution.MinKeepAliveInterval
+	// MinThreshold is the shortest KeepAliveDeathThreshold or OverrideThreshold.
+	MinThreshold = execution.MinThreshold
+)
+
 // Library defaults (see the README's settings table).
 const (
 	DefaultConcurrencyLimit        = 1
@@ -48,23 +59,27 @@ const (
 // TaskSettings configure a task. A zero field is not set at this layer and inherits from the
 // layer below: library defaults ← Config.Defaults ← Config.Settings ← operator overrides.
 type TaskSettings struct {
-	// ConcurrencyLimit: -1 unlimited, N ≥ 1 slots fleet-wide, 0 = not set here. Default 1.
+	// ConcurrencyLimit: -1 unlimited, 1 to MaxConcurrencyLimit slots fleet-wide, 0 = not set
+	// here. Default 1.
 	ConcurrencyLimit int
 	// Disabled: starts return ErrTaskDisabled and nothing is written. True at any layer disables
 	// the task, unless an operator override enables it.
 	Disabled bool
 	// DeathMode: DeathModeKeepAlive (default) or DeathModeOverride.
 	DeathMode DeathMode
-	// KeepAliveInterval between heartbeats. Default 5s.
+	// KeepAliveInterval between heartbeats. Default 5s; at least MinKeepAliveInterval.
 	KeepAliveInterval time.Duration
 	// KeepAliveDeathThreshold: a holder silent this long is dead. Default 20s; at least twice the
-	// interval, so one late heartbeat never kills a holder.
+	// interval, so one late heartbeat never kills a holder, and at least MinThreshold.
 	KeepAliveDeathThreshold time.Duration
-	// OverrideThreshold: required (> 0) in Override mode; a holder is dead this long after its start.
+	// OverrideThreshold: required in Override mode (at least MinThreshold); a holder is dead this
+	// long after its start.
 	OverrideThreshold time.Duration
 	// LeaseSafetyMargin: how long before the death threshold (measured on the local monotonic
 	// clock from its last successful heartbeat) an execution cancels its own context. It absorbs
 	// clock-rate drift and scheduling delay. Default 25% of the threshold; local to this process.
+	// It must be less than the threshold minus the interval (Override mode: less than the
+	// threshold), or every execution would cancel itself before its first heartbeat.
 	LeaseSafetyMargin time.Duration
 }
 
@@ -104,8 +119,8 @@ func librarySettings() TaskSettings {
 // validateLayer checks the values set at one layer, before merging, naming the field.
 func (s TaskSettings) validateLayer(layer string) error {
 	switch {
-	case s.ConcurrencyLimit < -1:
-		return fmt.Errorf("%w: ConcurrencyLimit (%s) is %d; want -1 (unlimited), 0 (inherit) or at least 1", ErrInvalidSettings, layer, s.ConcurrencyLimit)
+	case s.ConcurrencyLimit < -1 || s.ConcurrencyLimit > MaxConcurrencyLimit:
+		return fmt.Errorf("%w: ConcurrencyLimit (%s) is %d; want -1 (unlimited), 0 (inherit) or 1 to %d", ErrInvalidSettings, layer, s.ConcurrencyLimit, MaxConcurrencyLimit)
 	case s.DeathMode < deathModeUnset || s.DeathMode > DeathModeOverride:
 		return fmt.Errorf("%w: DeathMode (%s) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, layer, int(s.DeathMode))
 	case s.KeepAliveInterval < 0:
@@ -116,6 +131,12 @@ func (s TaskSettings) validateLayer(layer string) error {
 		return fmt.Errorf("%w: OverrideThreshold (%s) is negative (%s)", ErrInvalidSettings, layer, s.OverrideThreshold)
 	case s.LeaseSafetyMargin < 0:
 		return fmt.Errorf("%w: LeaseSafetyMargin (%s) is negative (%s)", ErrInvalidSettings, layer, s.LeaseSafetyMargin)
+	case s.KeepAliveInterval > 0 && s.KeepAliveInterval < MinKeepAliveInterval:
+		return fmt.Errorf("%w: KeepAliveInterval (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.KeepAliveInterval, MinKeepAliveInterval)
+	case s.KeepAliveDeathThreshold > 0 && s.KeepAliveDeathThreshold < MinThreshold:
+		return fmt.Errorf("%w: KeepAliveDeathThreshold (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.KeepAliveDeathThreshold, MinThreshold)
+	case s.OverrideThreshold > 0 && s.OverrideThreshold < MinThreshold:
+		return fmt.Errorf("%w: OverrideThreshold (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.OverrideThreshold, MinThreshold)
 	}
 	return nil
 }
@@ -133,16 +154,31 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 	if err := es.Validate(layer); err != nil {
 		return es, err
 	}
+	if m := s.LeaseSafetyMargin; m > 0 {
+		if es.KeepAlive() && m >= es.KeepAliveDeathThreshold-es.KeepAliveInterval {
+			return es, fmt.Errorf("%w: LeaseSafetyMargin (%s) is %s; want less than KeepAliveDeathThreshold − KeepAliveInterval (%s), or every execution would cancel itself before its first heartbeat",
+				ErrInvalidSettings, layer, m, es.KeepAliveDeathThreshold-es.KeepAliveInterval)
+		}
+		if !es.KeepAlive() && m >= es.OverrideThreshold {
+			return es, fmt.Errorf("%w: LeaseSafetyMargin (%s) is %s; want less than OverrideThreshold (%s)", ErrInvalidSettings, layer, m, es.OverrideThreshold)
+		}
+	}
 	return es, nil
 }
 
-// safetyMargin is the local margin for a threshold.
-func safetyMargin(s TaskSettings, threshold time.Duration) time.Duration {
-	m := s.LeaseSafetyMargin
-	if m == 0 {
-		m = threshold * DefaultSafetyMarginPercent / 100
+// safetyMargin is the local margin for the effective settings. A declared margin that does not
+// fit the settings in force (an operator override shortened the threshold) gives way to the
+// default percentage, so that the override cannot make every execution cancel itself at once.
+func safetyMargin(s TaskSettings, effective execution.Settings) time.Duration {
+	threshold := effective.Threshold()
+	room := threshold
+	if effective.KeepAlive() {
+		room -= effective.KeepAliveInterval
 	}
-	return m
+	if m := s.LeaseSafetyMargin; m > 0 && m < room {
+		return m
+	}
+	return threshold * DefaultSafetyMarginPercent / 100
 }
 
 // SettingsSource supplies per-task settings (from code, a config file, a service…). It is asked

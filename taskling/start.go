@@ -17,6 +17,9 @@ import (
 // MaxReferenceValueLength is the longest ReferenceValue, in bytes.
 const MaxReferenceValueLength = 2000
 
+// MaxHeaderLength is the longest Header, in bytes of JSON.
+const MaxHeaderLength = 64 << 10
+
 // StartOptions are the options of one start. A nil *StartOptions means all defaults.
 type StartOptions struct {
 	// ReferenceValue is a free-form tag (a file name, a batch id), stored and searchable.
@@ -25,7 +28,8 @@ type StartOptions struct {
 	// returns ErrDuplicateReference while one with the same value runs or after one completed;
 	// it is allowed again after a failed or dead one. Requires ReferenceValue.
 	Idempotent bool
-	// Header is any JSON-encodable value, stored with the execution (Execution.Header).
+	// Header is any JSON-encodable value, stored with the execution (Execution.Header); at most
+	// MaxHeaderLength bytes once encoded.
 	Header any
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
 	// A waiter is woken by a returned slot (LISTEN/NOTIFY), by a timer set to the earliest moment a
@@ -65,6 +69,9 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		h, err := json.Marshal(opts.Header)
 		if err != nil {
 			return nil, fmt.Errorf("%w: StartOptions.Header cannot be encoded as JSON: %w", ErrInvalidArgument, err)
+		}
+		if len(h) > MaxHeaderLength {
+			return nil, fmt.Errorf("%w: StartOptions.Header is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, len(h), MaxHeaderLength)
 		}
 		req.Header = h
 	}

@@ -91,7 +91,7 @@ func printExecution(e *env, x httpapi.Execution) error {
 	w := e.stdout
 	fmt.Fprintf(w, "Execution: %d\n", x.ID)
 	fmt.Fprintf(w, "Status:    %s\n", x.Status)
-	fmt.Fprintf(w, "Host:      %s\n", x.Host)
+	fmt.Fprintf(w, "Host:      %s\n", terminalSafe(x.Host))
 	fmt.Fprintf(w, "Started:   %s\n", clock(x.StartedAt))
 	if x.CompletedAt != nil {
 		fmt.Fprintf(w, "Completed: %s\n", clock(*x.CompletedAt))
@@ -100,9 +100,9 @@ func printExecution(e *env, x httpapi.Execution) error {
 		fmt.Fprintf(w, "Fence:     %d\n", *x.FencingToken)
 	}
 	fmt.Fprintf(w, "Progress:  %s\n", progress(x.ItemsDone, x.ItemsTotal))
-	fmt.Fprintf(w, "Reference: %s\n", orDash(deref(x.ReferenceValue)))
+	fmt.Fprintf(w, "Reference: %s\n", terminalSafe(orDash(deref(x.ReferenceValue))))
 	if x.BlockedReason != nil {
-		fmt.Fprintf(w, "Blocked:   %s\n", *x.BlockedReason)
+		fmt.Fprintf(w, "Blocked:   %s\n", terminalSafe(*x.BlockedReason))
 	}
 	if x.ReclaimedAt != nil {
 		fmt.Fprintf(w, "Reclaimed: %s\n", clock(*x.ReclaimedAt))
@@ -111,7 +111,7 @@ func printExecution(e *env, x httpapi.Execution) error {
 	if len(x.Header) > 0 {
 		header = string(x.Header)
 	}
-	fmt.Fprintf(w, "Header:    %s\n\n", header)
+	fmt.Fprintf(w, "Header:    %s\n\n", terminalSafe(header))
 	t := newTable(w, "TIME", "EVENT", "MESSAGE")
 	for _, ev := range x.Events {
 		t.row(clock(ev.OccurredAt), ev.Type, orDash(deref(ev.Message)))

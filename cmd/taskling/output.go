@@ -7,7 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
+	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -29,8 +31,41 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
-func (t *table) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
-func (t *table) flush() error        { return t.tw.Flush() }
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = terminalSafe(c)
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// terminalSafe escapes what a terminal would act on instead of print — control characters
+// (escape sequences, newlines and tabs that break a table) and invisible format characters
+// (bidirectional overrides) — so that stored text (reference values, messages) prints as data.
+func terminalSafe(s string) string {
+	if !strings.ContainsFunc(s, unprintable) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case unprintable(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
 
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
 
@@ -48,7 +83,7 @@ func progress(done, total *int64) string {
 	case total == nil || *total == 0:
 		return fmt.Sprintf("%d", deref(done))
 	}
-	return fmt.Sprintf("%d/%d (%d%%)", deref(done), *total, min(100, deref(done)*100 / *total))
+	return fmt.Sprintf("%d/%d (%d%%)", deref(done), *total, httpapi.Percent(deref(done), *total))
 }
 
 func deref[T any](p *T) T {

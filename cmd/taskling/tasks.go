@@ -89,8 +89,8 @@ the first run.`,
 			var u taskling.SettingsUpdate
 			flags := cmd.Flags()
 			if flags.Changed("limit") {
-				if limit != -1 && limit < 1 {
-					return usageErrorf("--limit is %d; want -1 (unlimited) or at least 1", limit)
+				if limit != -1 && (limit < 1 || limit > taskling.MaxConcurrencyLimit) {
+					return usageErrorf("--limit is %d; want -1 (unlimited) or 1 to %d", limit, taskling.MaxConcurrencyLimit)
 				}
 				u.ConcurrencyLimit = &limit
 			}
@@ -102,8 +102,8 @@ the first run.`,
 				u.Enabled = &on
 			}
 			if flags.Changed("keep-alive-threshold") {
-				if threshold <= 0 {
-					return usageErrorf("--keep-alive-threshold is %s; want more than zero", threshold)
+				if threshold < taskling.MinThreshold {
+					return usageErrorf("--keep-alive-threshold is %s; want at least %s", threshold, taskling.MinThreshold)
 				}
 				u.KeepAliveDeathThreshold = &threshold
 			}
@@ -118,7 +118,7 @@ the first run.`,
 			})
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or N ≥ 1")
+	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or 1 to 10000")
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
 	cmd.Flags().BoolVar(&enable, "enable", false, "enable the task, whatever its declared settings")
 	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
@@ -170,7 +170,7 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	}
 	fmt.Fprintf(w, "Task:      %s/%s\n", d.Application, d.Task.Task)
 	fmt.Fprintf(w, "Limit:     %s (%s)\n", limitText(d.Limit), d.LimitSource)
-	fmt.Fprintf(w, "Declared:  %s\n", declared)
+	fmt.Fprintf(w, "Declared:  %s\n", terminalSafe(declared))
 	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Enabled))
 	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))
 	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,7 +28,8 @@ func TestMain(m *testing.M) {
 	testutil.VerifyNoLeaks(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
-const token = "s3cret"
+// token is a base64 token as `openssl rand -base64 32` makes them: with "+", "/" and "=".
+const token = "q8+Fh0/k2Zs9v3Rn+Lw1PcYx7Tg4Bm6Ne5Jd0Ua2Hi8="
 
 type testBundle struct {
 	ctx    context.Context
@@ -47,7 +49,7 @@ func setup(t *testing.T, limit int, opts *httpapi.Options) *testBundle {
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	if opts == nil {
-		opts = &httpapi.Options{Token: token}
+		opts = &httpapi.Options{Token: token, PublicReads: true}
 	}
 	h, err := httpapi.New(client, opts)
 	require.NoError(t, err)
@@ -75,6 +77,9 @@ func (b *testBundle) do(t *testing.T, method, path, auth, body string) (int, str
 	require.NoError(t, err)
 	if auth != "" {
 		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := b.server.Client().Do(req)
 	require.NoError(t, err)
@@ -242,11 +247,14 @@ func TestServerWithoutTokenIsReadOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 }
 
-func TestProtectedReadsNeedTheToken(t *testing.T) {
+// TestReadsAreProtectedByDefaultWithAToken is issue 15 item 8: with a token, reads (headers,
+// reference values, errors, host names) and /metrics need it unless opened on purpose.
+func TestReadsAreProtectedByDefaultWithAToken(t *testing.T) {
 	t.Parallel()
-	b := setup(t, 1, &httpapi.Options{Token: token, ProtectReads: true})
+	b := setup(t, 1, &httpapi.Options{Token: token})
 	b.start(t, "export")
-	for _, path := range []string{"/api/v1/tasks", "/api/v1/tasks/app/export", "/api/v1/tasks/app/export/executions", "/api/v1/executions/1", "/metrics"} {
+	reads := []string{"/api/v1/tasks", "/api/v1/tasks/app/export", "/api/v1/tasks/app/export/executions", "/api/v1/executions/1", "/metrics"}
+	for _, path := range reads {
 		status, body := b.do(t, "GET", path, "", "")
 		require.Equal(t, http.StatusUnauthorized, status, path+": "+body)
 		status, body = b.do(t, "GET", path, token, "")
@@ -258,8 +266,19 @@ func TestProtectedReadsNeedTheToken(t *testing.T) {
 	status, _ = b.do(t, "GET", "/static/dashboard.css", "", "")
 	require.Equal(t, http.StatusOK, status, "static files hold no data")
 
-	_, err := httpapi.New(b.client, &httpapi.Options{ProtectReads: true})
-	require.ErrorContains(t, err, "ProtectReads needs Options.Token")
+	metricsOnly := setup(t, 1, &httpapi.Options{Token: token, PublicMetrics: true})
+	status, _ = metricsOnly.do(t, "GET", "/metrics", "", "")
+	require.Equal(t, http.StatusOK, status, "--public-metrics opens /metrics")
+	status, _ = metricsOnly.do(t, "GET", "/api/v1/tasks", "", "")
+	require.Equal(t, http.StatusUnauthorized, status, "and nothing else")
+
+	public := setup(t, 1, &httpapi.Options{Token: token, PublicReads: true})
+	for _, path := range append(reads, "/") {
+		status, body := public.do(t, "GET", path, "", "")
+		require.NotEqual(t, http.StatusUnauthorized, status, path+": "+body)
+	}
+	status, _ = public.do(t, "PATCH", "/api/v1/tasks/app/export/overrides", "", `{"enabled": false}`)
+	require.Equal(t, http.StatusUnauthorized, status, "changes still need the token")
 }
 
 func TestBadInputGets4xxNamingTheField(t *testing.T) {
@@ -370,5 +389,19 @@ func TestSlotsShowDeadHoldersAndUnlimitedTasks(t *testing.T) {
 	for _, s := range detail.Slots {
 		require.Equal(t, "unlimited", s.Status)
 		require.True(t, s.Holder.Alive)
+	}
+}
+
+// TestPercentNeverOverflows is issue 15 item 6: done*100 overflowed int64 for huge counts.
+func TestPercentNeverOverflows(t *testing.T) {
+	for _, tc := range []struct {
+		done, total int64
+		want        int
+	}{
+		{0, 0, 0}, {5, 0, 0}, {40, 100, 40}, {1, 3, 33}, {100, 100, 100}, {150, 100, 100},
+		{math.MaxInt64 / 2, math.MaxInt64, 50}, {math.MaxInt64 - 1, math.MaxInt64, 99}, {math.MaxInt64, math.MaxInt64, 100},
+		{4e17, 8e17, 50},
+	} {
+		require.Equal(t, tc.want, httpapi.Percent(tc.done, tc.total), "%d/%d", tc.done, tc.total)
 	}
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
@@ -207,4 +208,18 @@ func durationText(d *time.Duration) *string {
 	}
 	s := d.String()
 	return &s
+}
+
+// Percent is done out of total as a whole percentage, 0 to 100, without overflowing for huge
+// counts; 0 when total is unknown.
+func Percent(done, total int64) int {
+	switch {
+	case total <= 0 || done <= 0:
+		return 0
+	case done >= total:
+		return 100
+	case done <= math.MaxInt64/100:
+		return int(done * 100 / total)
+	}
+	return min(int(float64(done)/float64(total)*100), 99) // done < total: never 100 by rounding
 }
