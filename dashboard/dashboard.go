@@ -6,7 +6,7 @@
 // tasks never link the templates and static files; the implementation lives in an internal
 // package, so that its routes and templates can change without breaking this small surface.
 //
-//	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: os.Getenv("TASKLING_API_TOKEN")})
+//	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: os.Getenv("TASKLING_API_TOKEN"), BasePath: "/taskling/"})
 //	if err != nil { … }
 //	mux.Handle("/taskling/", http.StripPrefix("/taskling", h)) // the dashboard links are relative
 //
@@ -20,11 +20,23 @@
 //	DELETE /api/v1/tasks/{app}/{task}/overrides          clear them (token required)
 //	GET    /metrics                                      the client's Prometheus metrics
 //	GET    /, /tasks/{app}/{task}                        the dashboard
+//	GET    /login, POST /login, POST /logout             the dashboard's sign-in
 //
-// Mutations need "Authorization: Bearer <Options.Token>"; without a token the handler is
-// read-only (403 on mutations). Options.ProtectReads puts reads behind the token too. Errors are
-// JSON objects {"error": {"status", "field", "message"}} naming the field at fault; a 500 shows no
-// details (they go to Options.Logger).
+// Access. Without Options.Token the handler is read-only: every read is public and every change
+// gets 403. With a token (at least 32 bytes):
+//   - reads — the API, the pages and /metrics — need it, unless Options.PublicReads (or, for
+//     /metrics alone, Options.PublicMetrics) opens them;
+//   - scripts and Prometheus send "Authorization: Bearer <token>";
+//   - a browser signs in once (the dashboard shows the form) and keeps a session cookie that is
+//     HttpOnly, SameSite=Strict, scoped to Options.BasePath and Secure behind TLS; its value is
+//     derived from the token, never the token itself. A change made with that cookie must also
+//     carry the X-Taskling-Request header, which the dashboard's own script sends and a
+//     cross-site form cannot.
+//
+// Changes need Content-Type: application/json; a body with anything after its JSON object is
+// refused. Errors are JSON objects {"error": {"status", "field", "message"}} naming the field at
+// fault; a 500 shows no details (they go to Options.Logger). Each request's database work is
+// bounded by Options.RequestTimeout.
 package dashboard
 
 import (
@@ -40,26 +52,40 @@ import (
 // Options configure the handler. A nil *Options, or the zero value, serves everything read-only
 // and without auth.
 type Options struct {
-	// Token enables the mutations, which then need "Authorization: Bearer <Token>". "" means
-	// read-only: every mutation gets 403. `taskling serve` reads it from TASKLING_API_TOKEN.
+	// Token enables changes and protects reads (see the package doc). "" means read-only. It must
+	// be at least 32 bytes. `taskling serve` reads it from TASKLING_API_TOKEN.
 	Token string
-	// ProtectReads requires the token on reads too (API, dashboard, /metrics). The dashboard's
-	// pages then also accept it from the taskling_token cookie its token field sets; mutations
-	// accept only the header, so a cross-site form cannot forge them.
-	ProtectReads bool
+	// PublicReads serves reads (the API, the pages, /metrics) without the token; changes still
+	// need it.
+	PublicReads bool
+	// PublicMetrics serves /metrics without the token while other reads stay protected.
+	PublicMetrics bool
+	// BasePath is the path the handler is mounted at, like "/taskling/" (default "/"): the
+	// session cookie is scoped to it, and sign-in redirects stay under it.
+	BasePath string
 	// Logger receives the errors behind 500 responses. nil: no logging.
 	Logger *zap.Logger
 	// RefreshInterval of the dashboard's auto-refresh. Default 2s.
 	RefreshInterval time.Duration
+	// RequestTimeout bounds the database work of each request (503 when it passes). Default 10s.
+	RequestTimeout time.Duration
+	// ProtectReads is ignored.
+	//
+	// Deprecated: reads are protected whenever Token is set; PublicReads opens them.
+	ProtectReads bool
 }
 
-// NewHandler returns the handler serving client's tasks. It fails only on invalid Options
-// (ProtectReads without a Token) or a nil client.
+// MinTokenLength is the shortest Options.Token accepted.
+const MinTokenLength = httpapi.MinTokenLength
+
+// NewHandler returns the handler serving client's tasks. It fails only on invalid Options (a
+// token shorter than MinTokenLength, a malformed BasePath) or a nil client.
 func NewHandler(client *taskling.Client, opts *Options) (http.Handler, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
 	return httpapi.New(client, &httpapi.Options{
-		Token: opts.Token, ProtectReads: opts.ProtectReads, Logger: opts.Logger, RefreshInterval: opts.RefreshInterval,
+		Token: opts.Token, PublicReads: opts.PublicReads, PublicMetrics: opts.PublicMetrics, BasePath: opts.BasePath,
+		Logger: opts.Logger, RefreshInterval: opts.RefreshInterval, RequestTimeout: opts.RequestTimeout,
 	})
 }

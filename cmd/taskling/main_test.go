@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,14 +225,15 @@ func TestBadArgumentsExitWithDocumentedCodes(t *testing.T) {
 		{[]string{"tasks", "set", "billing/export", "--limit", "many"}, exitUsage, "--limit"},
 		{[]string{"tasks", "set", "billing/export", "--disable", "--enable"}, exitUsage, "exclude each other"},
 		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "soon"}, exitUsage, "keep-alive-threshold"},
-		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "-5s"}, exitUsage, "want more than zero"},
+		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "-5s"}, exitUsage, "want at least 250ms"},
+		{[]string{"tasks", "set", "billing/export", "--keep-alive-threshold", "100ms"}, exitUsage, "want at least 250ms"},
+		{[]string{"tasks", "set", "billing/export", "--limit", "10001"}, exitUsage, "--limit is 10001; want -1 (unlimited) or 1 to 10000"},
 		{[]string{"executions", "list", "billing/export", "--status", "running"}, exitUsage, "--status is \"running\""},
 		{[]string{"executions", "list", "billing/export", "--last", "0"}, exitUsage, "--last is 0"},
 		{[]string{"executions", "list", "billing/nope"}, exitNotFound, "not found"},
 		{[]string{"executions", "show", "abc"}, exitUsage, "not a positive integer"},
 		{[]string{"executions", "show", "999999"}, exitNotFound, "execution 999999: not found"},
 		{[]string{"migrate", "sideways"}, exitUsage, "unknown command"},
-		{[]string{"serve", "--protect-reads"}, exitUsage, "needs TASKLING_API_TOKEN"},
 	} {
 		code, out, errOut := cli(t, f.url, tc.args...)
 		require.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
@@ -287,6 +290,43 @@ func TestServeAnswersUntilStopped(t *testing.T) {
 	}
 }
 
+func TestServeRefusesAShortTokenAndKeepsProtectReadsAsANoOp(t *testing.T) {
+	t.Parallel()
+	var errOut bytes.Buffer
+	code := run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0"}, &bytes.Buffer{}, &errOut, func(k string) string {
+		switch k {
+		case "TASKLING_DATABASE_URL":
+			return "postgres://unused"
+		case "TASKLING_API_TOKEN":
+			return "s3cret"
+		}
+		return ""
+	})
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut.String(), "TASKLING_API_TOKEN is 6 bytes; want at least 32")
+
+	f := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--protect-reads"}, &bytes.Buffer{}, out, func(k string) string {
+			switch k {
+			case "TASKLING_DATABASE_URL":
+				return f.url
+			case "TASKLING_API_TOKEN":
+				return strings.Repeat("k", 32)
+			}
+			return ""
+		})
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "every request needs the API token") }, 10*time.Second, 20*time.Millisecond)
+	require.Contains(t, out.String(), "--protect-reads is deprecated and does nothing")
+	cancel()
+	require.Equal(t, exitOK, <-done, out.String())
+}
+
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -302,4 +342,36 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestStoredTextIsEscapedForTheTerminal is issue 15 item 6: reference values and messages reached
+// the terminal raw, so an escape sequence recolored it and a newline broke the table.
+func TestStoredTextIsEscapedForTheTerminal(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	hostile := "evil\x1b[2J\x1b[31mred\nfake row\t\u202egnp.exe"
+	e, err := f.client.StartExecution(ctx, "billing", "import", &taskling.StartOptions{ReferenceValue: hostile})
+	require.NoError(t, err)
+	require.NoError(t, e.Checkpoint(ctx, "step\x1b]0;pwned\x07 done\r\n"))
+	require.NoError(t, e.Complete(ctx))
+
+	list := ok(t, f.url, "executions", "list", "billing/import")
+	show := ok(t, f.url, "executions", "show", strconv.FormatInt(e.ID(), 10))
+	for _, out := range []string{list, show} {
+		require.NotContains(t, out, "\x1b")
+		require.NotContains(t, out, "\u202e")
+		require.NotContains(t, out, "\r")
+		require.Contains(t, out, `evil\u001b[2J\u001b[31mred\nfake row\t\u202egnp.exe`)
+	}
+	require.Contains(t, show, `step\u001b]0;pwned\u0007 done\r\n`)
+	require.Len(t, strings.Split(strings.TrimSpace(list), "\n"), 3, "a header and two rows: no fake row")
+	// JSON output escapes by itself and keeps the value exact.
+	var page struct {
+		Executions []struct {
+			Reference string `json:"reference_value"`
+		} `json:"executions"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "-o", "json", "executions", "list", "billing/import")), &page))
+	require.Equal(t, hostile, page.Executions[0].Reference)
 }

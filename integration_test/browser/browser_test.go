@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	testutil.VerifyNoLeaks(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
-const token = "s3cret-token-for-the-browser-test"
+const token = "Yc0+9hQm/3xT1vLd8Rz2Nw5Kp7Gs4Bj6Fe0Ua2Hi8="
 
 var fast = taskling.TaskSettings{KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}
 
@@ -120,11 +120,21 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	bctx, cancelTimeout := context.WithTimeout(bctx, 30*time.Second)
 	defer cancelTimeout()
 
-	// The task list shows the task with its slot usage.
+	// Reads are protected: the dashboard asks for the token once, then a session cookie (which no
+	// script can read) carries the browser.
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
 		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
 	))
+	cookies, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.cookie`))
+	require.NoError(t, err)
+	require.Empty(t, cookies, "the session cookie is HttpOnly")
+	stored, err := chromedp.Run(bctx, chromedp.Evaluate[int](`localStorage.length`))
+	require.NoError(t, err)
+	require.Zero(t, stored, "nothing is kept in localStorage")
 	row, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`table.tasks tbody`)))
 	require.NoError(t, err)
 	require.Contains(t, row, "billing/export")
@@ -145,10 +155,9 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}
 	require.Greater(t, moved, first, "the progress bar moves without reloading the page")
 
-	// Raise the limit through the form, with the token.
+	// Raise the limit through the form: the session allows it.
 	require.NoError(t, chromedp.Do(bctx,
 		chromedp.SetValue(chromedp.CSS(`#limit-input`), "3"),
-		chromedp.SetValue(chromedp.CSS(`#token-input`), token),
 		chromedp.Click(chromedp.CSS(`#set-limit`)),
 	))
 	// The form reports the saved override, and the page (refreshed by the form or by the

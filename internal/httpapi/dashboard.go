@@ -52,7 +52,7 @@ var templateFuncs = template.FuncMap{
 		if done == nil || total == nil || *total <= 0 {
 			return ""
 		}
-		return fmt.Sprintf("%d%%", min(100, *done*100 / *total))
+		return fmt.Sprintf("%d%%", Percent(*done, *total))
 	},
 }
 
@@ -86,9 +86,11 @@ type page struct {
 	// Base is the relative path from the page to the handler's root ("" or "../../"), so the
 	// dashboard works wherever the handler is mounted.
 	Base       string
-	RefreshMS  int64
+	RefreshMS int64
+	// CanWrite: the server has a token, so changes are possible; SignedIn: this browser holds a
+	// session (or the request a bearer token), so it may make them.
 	CanWrite   bool
-	Protected  bool
+	SignedIn   bool
 	Data       any
 	RenderedAt time.Time
 }
@@ -97,7 +99,7 @@ func (h *Handler) basePage(r *http.Request, title string) page {
 	depth := strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
 	return page{
 		Title: title, Base: strings.Repeat("../", depth), RefreshMS: h.opts.RefreshInterval.Milliseconds(),
-		CanWrite: h.opts.Token != "", Protected: h.opts.ProtectReads, RenderedAt: time.Now(),
+		CanWrite: h.opts.Token != "", SignedIn: h.authenticated(r), RenderedAt: time.Now(),
 	}
 }
 

@@ -5,7 +5,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,15 +25,22 @@ import (
 // face of this package.
 type Options struct {
 	Token           string
-	ProtectReads    bool
+	PublicReads     bool
+	PublicMetrics   bool
+	BasePath        string
 	Logger          *zap.Logger
 	RefreshInterval time.Duration
+	RequestTimeout  time.Duration
 }
+
+// DefaultRequestTimeout bounds the database work of one request.
+const DefaultRequestTimeout = 10 * time.Second
 
 // Handler serves the API, the dashboard and the metrics of one taskling client.
 type Handler struct {
 	client  *taskling.Client
 	opts    Options
+	session string // the session cookie's value
 	log     *zap.Logger
 	mux     *http.ServeMux
 	metrics http.Handler
@@ -50,11 +56,25 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if opts != nil {
 		h.opts = *opts
 	}
-	if h.opts.ProtectReads && h.opts.Token == "" {
-		return nil, fmt.Errorf("httpapi: Options.ProtectReads needs Options.Token")
+	if n := len(h.opts.Token); n > 0 && n < MinTokenLength {
+		return nil, fmt.Errorf("httpapi: Options.Token is %d bytes; want at least %d (for example the output of `openssl rand -base64 32`)", n, MinTokenLength)
+	}
+	switch bp := h.opts.BasePath; {
+	case bp == "":
+		h.opts.BasePath = "/"
+	case !strings.HasPrefix(bp, "/") || strings.ContainsAny(bp, "?#;, \t\r\n"):
+		return nil, fmt.Errorf("httpapi: Options.BasePath is %q; want the path the handler is mounted at, like \"/taskling/\"", bp)
+	case !strings.HasSuffix(bp, "/"):
+		h.opts.BasePath = bp + "/"
 	}
 	if h.opts.RefreshInterval <= 0 {
 		h.opts.RefreshInterval = 2 * time.Second
+	}
+	if h.opts.RequestTimeout <= 0 {
+		h.opts.RequestTimeout = DefaultRequestTimeout
+	}
+	if h.opts.Token != "" {
+		h.session = sessionValue(h.opts.Token)
 	}
 	h.log = h.opts.Logger
 	if h.log == nil {
@@ -91,79 +111,24 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API route: "+r.Method+" "+r.URL.Path)
 	})
-	m.Handle("GET /metrics", h.readAccess(h.metrics.ServeHTTP))
+	m.Handle("GET /metrics", h.metricsAccess(h.metrics.ServeHTTP))
 	m.Handle("GET /{$}", h.pageAccess(h.dashboardPage))
 	m.Handle("GET /tasks/{app}/{task}", h.pageAccess(h.taskPage))
+	m.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { h.renderLogin(w, r, http.StatusOK, "") })
+	m.HandleFunc("POST /login", h.login)
+	m.HandleFunc("POST /logout", h.logout)
 	m.Handle("GET /static/", staticFiles())
 	h.mux = m
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. A request's database work is bounded by
+// Options.RequestTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	h.mux.ServeHTTP(w, r)
-}
-
-func (h *Handler) tokenOK(got string) bool {
-	return h.opts.Token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(h.opts.Token)) == 1
-}
-
-func bearer(r *http.Request) (string, bool) {
-	v := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(v, "Bearer ")
-	return strings.TrimSpace(token), ok
-}
-
-func (h *Handler) readAccess(next http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.ProtectReads {
-			if t, ok := bearer(r); !ok || !h.tokenOK(t) {
-				unauthorized(w)
-				return
-			}
-		}
-		next(w, r)
-	})
-}
-
-func (h *Handler) writeAccess(next http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.Token == "" {
-			writeError(w, http.StatusForbidden, "", "the server is read-only: start it with an API token (TASKLING_API_TOKEN) to allow changes")
-			return
-		}
-		if t, ok := bearer(r); !ok || !h.tokenOK(t) {
-			unauthorized(w)
-			return
-		}
-		next(w, r)
-	})
-}
-
-// pageAccess guards the dashboard's pages: with ProtectReads, the token comes from the header or
-// the taskling_token cookie; without one the page asks for it.
-func (h *Handler) pageAccess(next http.HandlerFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.opts.ProtectReads {
-			t, ok := bearer(r)
-			if !ok {
-				if c, err := r.Cookie("taskling_token"); err == nil {
-					t, ok = c.Value, true
-				}
-			}
-			if !ok || !h.tokenOK(t) {
-				h.render(w, r, http.StatusUnauthorized, "login", h.basePage(r, "Sign in"))
-				return
-			}
-		}
-		next(w, r)
-	})
-}
-
-func unauthorized(w http.ResponseWriter) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="taskling"`)
-	writeError(w, http.StatusUnauthorized, "Authorization", "missing or wrong bearer token (Authorization: Bearer $TASKLING_API_TOKEN)")
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+	defer cancel()
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // apiError is the body of every error response.
@@ -200,6 +165,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, "", err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away.
+	case errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, "", "the database did not answer in time; try again")
 	default:
 		h.log.Error("taskling http: request failed", zap.String("method", r.Method), zap.String("path", r.URL.Path), zap.Error(err))
 		writeError(w, http.StatusInternalServerError, "", "internal error; see the server's log")
@@ -327,8 +294,8 @@ func (e *FieldError) Error() string { return e.Field + " " + e.Message }
 func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	var u taskling.SettingsUpdate
 	if o.ConcurrencyLimit != nil {
-		if n := *o.ConcurrencyLimit; n != -1 && n < 1 {
-			return u, &FieldError{"concurrency_limit", fmt.Sprintf("is %d; want -1 (unlimited) or at least 1", n)}
+		if n := *o.ConcurrencyLimit; n != -1 && (n < 1 || n > taskling.MaxConcurrencyLimit) {
+			return u, &FieldError{"concurrency_limit", fmt.Sprintf("is %d; want -1 (unlimited) or 1 to %d", n, taskling.MaxConcurrencyLimit)}
 		}
 		u.ConcurrencyLimit = o.ConcurrencyLimit
 	}
@@ -346,13 +313,13 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 		u.DeathMode = &m
 	}
 	var err error
-	if u.KeepAliveInterval, err = positiveDuration("keep_alive_interval", o.KeepAliveInterval); err != nil {
+	if u.KeepAliveInterval, err = durationAtLeast("keep_alive_interval", o.KeepAliveInterval, taskling.MinKeepAliveInterval); err != nil {
 		return u, err
 	}
-	if u.KeepAliveDeathThreshold, err = positiveDuration("keep_alive_death_threshold", o.KeepAliveDeathThreshold); err != nil {
+	if u.KeepAliveDeathThreshold, err = durationAtLeast("keep_alive_death_threshold", o.KeepAliveDeathThreshold, taskling.MinThreshold); err != nil {
 		return u, err
 	}
-	if u.OverrideThreshold, err = positiveDuration("override_threshold", o.OverrideThreshold); err != nil {
+	if u.OverrideThreshold, err = durationAtLeast("override_threshold", o.OverrideThreshold, taskling.MinThreshold); err != nil {
 		return u, err
 	}
 	if u.KeepAliveInterval != nil && u.KeepAliveDeathThreshold != nil && *u.KeepAliveDeathThreshold < 2**u.KeepAliveInterval {
@@ -364,7 +331,7 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	return u, nil
 }
 
-func positiveDuration(field string, s *string) (*time.Duration, error) {
+func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration, error) {
 	if s == nil {
 		return nil, nil
 	}
@@ -372,8 +339,8 @@ func positiveDuration(field string, s *string) (*time.Duration, error) {
 	if err != nil {
 		return nil, &FieldError{field, fmt.Sprintf("%q is not a duration (like \"30s\" or \"2m\")", *s)}
 	}
-	if d <= 0 {
-		return nil, &FieldError{field, fmt.Sprintf("is %s; want more than zero", d)}
+	if d < min {
+		return nil, &FieldError{field, fmt.Sprintf("is %s; want at least %s", d, min)}
 	}
 	return &d, nil
 }
@@ -389,7 +356,15 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 	var req OverridesRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	err = dec.Decode(&req)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	} else if err == nil {
+		if _, extra := dec.Token(); extra != io.EOF {
+			err = errors.New("trailing data after the JSON object")
+		}
+	}
+	if err != nil {
 		field, msg := "body", "is not a JSON object of overrides: "+err.Error()
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) && typeErr.Field != "" {

@@ -5,22 +5,14 @@
   var body = document.body;
   var refreshMS = parseInt(body.dataset.refreshMs, 10) || 2000;
 
-  function token() { return localStorage.getItem("taskling_token") || ""; }
-  function saveToken(t) {
-    localStorage.setItem("taskling_token", t);
-    document.cookie = "taskling_token=" + encodeURIComponent(t) + "; path=/; SameSite=Strict";
-  }
-  function authHeaders(h) {
-    var t = token();
-    if (t) { h.Authorization = "Bearer " + t; }
-    return h;
-  }
+  // The session lives in an HttpOnly cookie set by the server at sign-in: this script never sees
+  // the token. Changes carry X-Taskling-Request, which a cross-site form cannot send.
 
   var refreshing = false;
   function refresh() {
     if (refreshing) { return Promise.resolve(); }
     refreshing = true;
-    return fetch(location.href, { headers: authHeaders({ "X-Taskling-Partial": "1" }), cache: "no-store" })
+    return fetch(location.href, { headers: { "X-Taskling-Partial": "1" }, cache: "no-store", credentials: "same-origin" })
       .then(function (r) {
         if (!r.ok) { throw new Error("HTTP " + r.status); }
         return r.text();
@@ -43,9 +35,8 @@
   }
 
   function send(form, method, payload) {
-    var input = document.getElementById("token-input");
-    if (input.value) { saveToken(input.value); }
-    var init = { method: method, headers: authHeaders({ "Content-Type": "application/json" }) };
+    var init = { method: method, credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Taskling-Request": "1" } };
     if (payload) { init.body = JSON.stringify(payload); }
     return fetch(form.dataset.api, init)
       .then(function (r) {
@@ -64,7 +55,6 @@
 
   var form = document.getElementById("limit-form");
   if (form) {
-    document.getElementById("token-input").value = token();
     form.addEventListener("submit", function (ev) {
       ev.preventDefault();
       var n = parseInt(document.getElementById("limit-input").value, 10);
@@ -78,12 +68,4 @@
     });
   }
 
-  var login = document.getElementById("login-form");
-  if (login) {
-    login.addEventListener("submit", function (ev) {
-      ev.preventDefault();
-      saveToken(document.getElementById("token-input").value);
-      location.reload();
-    });
-  }
 })();
