@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,7 +53,9 @@ var serverSettings = []string{
 }
 
 const (
-	superuser    = "postgres"
+	superuser = "postgres"
+	// replicationRole is what a streaming standby of this cluster connects as.
+	replicationRole = "taskling_replication"
 	startTimeout = 120 * time.Second // pg_ctl -t: crash recovery included
 	readyTimeout = 60 * time.Second
 	// A Unix socket path must fit sockaddr_un.sun_path (108 bytes on Linux) with its
@@ -68,15 +71,17 @@ type Cluster struct {
 	sockDir   string // "" when the path is too long for a Unix socket
 	logFile   string
 	stateFile string
+	pwFile    string // the password of the superuser and the replication role, 0600
 	lockPath  string
 	leaseDir  string
 	initdb    string
 	pgCtl     string
 	cred      *syscall.Credential // nil: run the server as ourselves
 
-	mu      sync.Mutex
-	port    int
-	started bool
+	mu       sync.Mutex
+	port     int
+	started  bool
+	password string // "" until the cluster was made with one
 }
 
 // state is state.json: what other processes (and people) need to find the cluster.
@@ -163,6 +168,7 @@ func Open(opts *Options) (*Cluster, error) {
 		sockDir:   filepath.Join(dir, "sock"),
 		logFile:   filepath.Join(dir, "postgres.log"),
 		stateFile: filepath.Join(dir, "state.json"),
+		pwFile:    filepath.Join(dir, "password"),
 		lockPath:  filepath.Join(dir, "lock"),
 		leaseDir:  filepath.Join(dir, "leases"),
 		initdb:    initdb,
@@ -175,6 +181,9 @@ func Open(opts *Options) (*Cluster, error) {
 	if err := mkdirAllTraversable(dir); err != nil {
 		return nil, err
 	}
+	if err := c.secureDir(); err != nil {
+		return nil, err
+	}
 	if cred != nil && !canEnter(dir, cred, pgCtl) {
 		return nil, fmt.Errorf("pgcluster: the postgres OS user cannot enter %s (check the permissions of its parents, or set %s)", dir, EnvDir)
 	}
@@ -183,12 +192,23 @@ func Open(opts *Options) (*Cluster, error) {
 		return nil, err
 	}
 	c.port = st.Port
+	c.password = c.readPassword()
 	return c, nil
 }
 
-// URL is the superuser's URL of the cluster's "postgres" database.
-func (c *Cluster) URL() string {
-	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", superuser, c.Port())
+// URL is the superuser's URL of the cluster's "postgres" database, with its password.
+func (c *Cluster) URL() string { return c.urlFor(superuser, c.Port()) }
+
+// ReplicationURL is the URL a streaming standby connects with (pg_basebackup, primary_conninfo).
+func (c *Cluster) ReplicationURL() string { return c.urlFor(replicationRole, c.Port()) }
+
+func (c *Cluster) urlFor(role string, port int) string {
+	c.mu.Lock()
+	pw := c.password
+	c.mu.Unlock()
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(role, pw), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Path: "/postgres", RawQuery: "sslmode=disable"}
+	return u.String()
 }
 
 // Port is the TCP port the server listens on (on 127.0.0.1); 0 if it never started.
@@ -280,6 +300,13 @@ func (c *Cluster) Restart(ctx context.Context, mode StopMode) error {
 // ensureLocked makes the server run and answer; it reports whether it had to start it. mayMove
 // allows a start on another port than the last one.
 func (c *Cluster) ensureLocked(ctx context.Context, mayMove bool) (started bool, err error) {
+	if _, _, ok := c.livePostmaster(); ok && c.currentPassword() == "" {
+		// Made by an older version without a password (trust auth): replace it. It only ever
+		// holds disposable test data.
+		if err := c.stopLocked(ctx, StopImmediate); err != nil {
+			return false, err
+		}
+	}
 	if _, port, ok := c.livePostmaster(); ok {
 		switch err := c.waitReady(ctx, port); {
 		case err == nil:
@@ -294,11 +321,17 @@ func (c *Cluster) ensureLocked(ctx context.Context, mayMove bool) (started bool,
 			}
 		}
 	}
-	if err := c.initIfNeeded(ctx); err != nil {
+	made, err := c.initIfNeeded(ctx)
+	if err != nil {
 		return false, err
 	}
 	if err := c.startLocked(ctx, mayMove); err != nil {
 		return false, err
+	}
+	if made {
+		if err := c.createReplicationRole(ctx); err != nil {
+			return false, err
+		}
 	}
 	c.mu.Lock()
 	c.started = true
@@ -306,36 +339,69 @@ func (c *Cluster) ensureLocked(ctx context.Context, mayMove bool) (started bool,
 	return true, nil
 }
 
-func (c *Cluster) initIfNeeded(ctx context.Context) error {
-	if b, err := os.ReadFile(filepath.Join(c.dataDir, "PG_VERSION")); err == nil {
+// initIfNeeded makes the data directory unless one of this major version, made with a password,
+// exists; made reports whether it did.
+func (c *Cluster) initIfNeeded(ctx context.Context) (made bool, err error) {
+	if b, err := os.ReadFile(filepath.Join(c.dataDir, "PG_VERSION")); err == nil && c.currentPassword() != "" {
 		out, err := c.run(ctx, c.pgCtl, "--version")
 		if err != nil {
-			return fmt.Errorf("pgcluster: pg_ctl --version: %w: %s", err, out)
+			return false, fmt.Errorf("pgcluster: pg_ctl --version: %w: %s", err, out)
 		}
 		major, err := majorVersion(string(out))
 		if err != nil {
-			return err
+			return false, err
 		}
 		if strings.TrimSpace(string(b)) == major {
-			return nil
+			return false, nil
 		}
 		// Made by another major version (say a CI cache from an older image): the cluster only
 		// ever holds disposable test data, so start afresh rather than fail.
 	}
-	// Absent, or left half-made by an initdb that died: make it anew.
+	// Absent, made without a password by an older version, or left half-made by an initdb that
+	// died: make it anew.
 	if err := os.RemoveAll(c.dataDir); err != nil {
-		return fmt.Errorf("pgcluster: remove %s: %w", c.dataDir, err)
+		return false, fmt.Errorf("pgcluster: remove %s: %w", c.dataDir, err)
 	}
 	if err := os.Mkdir(c.dataDir, 0o700); err != nil {
-		return fmt.Errorf("pgcluster: create %s: %w", c.dataDir, err)
+		return false, fmt.Errorf("pgcluster: create %s: %w", c.dataDir, err)
 	}
-	if err := c.chown(c.dir, c.dataDir); err != nil {
-		return err
+	if err := c.chown(c.dataDir); err != nil {
+		return false, err
 	}
-	out, err := c.run(ctx, c.initdb, "-D", c.dataDir, "--auth=trust", "-U", superuser,
+	pw, err := c.newPassword()
+	if err != nil {
+		return false, err
+	}
+	// initdb reads the superuser's password from a file the server's OS user can read; it lives
+	// only while initdb runs.
+	pwInit := filepath.Join(c.dir, "initdb-password")
+	if err := writeFileNoFollow(pwInit, []byte(pw+"\n"), 0o600); err != nil {
+		return false, err
+	}
+	defer os.Remove(pwInit)
+	if err := c.chown(pwInit); err != nil {
+		return false, err
+	}
+	out, err := c.run(ctx, c.initdb, "-D", c.dataDir, "--auth=scram-sha-256", "--pwfile="+pwInit, "-U", superuser,
 		"--encoding=UTF8", "--locale=C")
 	if err != nil {
-		return fmt.Errorf("pgcluster: initdb: %w: %s", err, strings.TrimSpace(string(out)))
+		return false, fmt.Errorf("pgcluster: initdb: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return true, nil
+}
+
+// createReplicationRole adds the role streaming standbys connect as (pg_hba.conf, as initdb
+// writes it, lets it replicate from 127.0.0.1 with its password).
+func (c *Cluster) createReplicationRole(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL())
+	if err != nil {
+		return fmt.Errorf("pgcluster: create the replication role: %w", err)
+	}
+	defer conn.Close(context.Background())
+	// No parameters in utility statements: the password is hex, so quoting it is exact.
+	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE ROLE %s WITH REPLICATION LOGIN PASSWORD '%s'", replicationRole, c.currentPassword()))
+	if err != nil {
+		return fmt.Errorf("pgcluster: create the replication role: %w", err)
 	}
 	return nil
 }
@@ -351,7 +417,7 @@ func (c *Cluster) startLocked(ctx context.Context, mayMove bool) error {
 	if err := touch(c.logFile); err != nil {
 		return err
 	}
-	if err := c.chown(c.dir, c.dataDir, c.sockDir, c.logFile); err != nil {
+	if err := c.chown(c.dataDir, c.sockDir, c.logFile); err != nil {
 		return err
 	}
 	port := c.Port()
@@ -432,8 +498,7 @@ var errForeign = errors.New("pgcluster: another cluster answers on this port")
 func (c *Cluster) answers(ctx context.Context, port int) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	url := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", superuser, port)
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgx.Connect(ctx, c.urlFor(superuser, port)+"&connect_timeout=5")
 	if err != nil {
 		return false, err
 	}
@@ -548,7 +613,8 @@ func (c *Cluster) updateState(edit func(*state)) error {
 		return err
 	}
 	tmp := c.stateFile + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	// 0600: it holds the URL, and so the password.
+	if err := writeFileNoFollow(tmp, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("pgcluster: write state: %w", err)
 	}
 	if err := os.Rename(tmp, c.stateFile); err != nil {
@@ -612,7 +678,7 @@ func samePath(a, b string) bool {
 }
 
 func touch(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return fmt.Errorf("pgcluster: create %s: %w", path, err)
 	}

@@ -75,7 +75,7 @@ func TestEnsureStartsThenReuses(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, c1.Started())
 	require.NotZero(t, c1.Port())
-	require.Equal(t, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", c1.Port()), c1.URL())
+	require.Regexp(t, fmt.Sprintf(`^postgres://postgres:[0-9a-f]{48}@127\.0\.0\.1:%d/postgres\?sslmode=disable$`, c1.Port()), c1.URL())
 	require.Equal(t, "1", query(t, c1.URL(), "SELECT 1::text"))
 	require.Equal(t, "400", query(t, c1.URL(), "SHOW max_connections"))
 	require.Equal(t, "on", query(t, c1.URL(), "SHOW fsync"))

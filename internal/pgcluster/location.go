@@ -58,7 +58,11 @@ func resolveDir(opts *Options, cred *syscall.Credential, probe string) (string, 
 		return filepath.Join(root, ".taskling", "pg"), nil
 	}
 	sum := sha256.Sum256([]byte(root))
-	return filepath.Join(os.TempDir(), "taskling-pg-"+hex.EncodeToString(sum[:])[:12]), nil
+	dir := filepath.Join(os.TempDir(), "taskling-pg-"+hex.EncodeToString(sum[:])[:12])
+	if err := makePrivateDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // canEnter reports whether a process running with cred can chdir into dir. It asks the kernel
