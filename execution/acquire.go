@@ -33,7 +33,8 @@ SET hold_lock_execution_id = nextval('taskling.task_execution_id_seq')
 WHERE id = $1
 RETURNING hold_lock_execution_id, tokens, fence,
     concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold,
-    override_threshold, declared_limit, declared_by, coalesce(waiters_until > clock_timestamp(), false)`
+    override_threshold, declared_limit, declared_by, coalesce(waiters_until > clock_timestamp(), false),
+    (SELECT version FROM taskling.protocol)`
 
 // moreIDsSQL reserves the ids of the other executions a batch may insert.
 const moreIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`

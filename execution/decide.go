@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -13,6 +14,13 @@ import (
 // A token transaction has three parts: read the task's state under its row lock (round trip 1,
 // readState), decide everything in decide — a pure function of that state and the requests, with
 // no I/O and no clock — and write the plan (round trip 2, writePlan).
+
+// ProtocolVersion is the version of the grant rules this binary follows. The migration that
+// changes them bumps taskling.protocol; a binary older than the database refuses to grant.
+const ProtocolVersion = 1
+
+// ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
+var ErrUpgradeRequired = errors.New("taskling: upgrade required")
 
 // request is one acquire or release served by a token transaction.
 type request struct {
@@ -29,6 +37,7 @@ type txState struct {
 	declaredLimit *int
 	declaredBy    *string
 	waiters       bool // someone waits for a slot: a freed one is announced
+	protocol      int  // the database's grant protocol (ProtocolVersion when they agree)
 	// holders are the executions that may hold a slot, judged on the DB clock.
 	holders map[int64]holder
 	// duplicates maps a reference value to the executions that make a new idempotent start
@@ -128,6 +137,11 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 
 func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	out := &d.plan.outcomes[i]
+	if d.st.protocol > ProtocolVersion {
+		out.err = fmt.Errorf("%w: the database runs grant protocol %d; this binary speaks protocol %d and must not grant by older rules: upgrade it (README: Upgrading)",
+			ErrUpgradeRequired, d.st.protocol, ProtocolVersion)
+		return nil
+	}
 	res := &out.acquire
 	res.Effective = d.st.overrides.Apply(req.Declared)
 	res.Overridden = !d.st.overrides.IsZero()

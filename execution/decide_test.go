@@ -39,7 +39,7 @@ func counter() func() uuid.UUID {
 
 // state returns a task state whose list is tokens, with ids 100, 101, … reserved.
 func state(list tokens.List, holders map[int64]holder, acquires int) txState {
-	st := txState{tokens: list.String(), holders: holders, duplicates: map[string][]int64{}}
+	st := txState{tokens: list.String(), holders: holders, duplicates: map[string][]int64{}, protocol: ProtocolVersion}
 	for i := range acquires {
 		st.reserved = append(st.reserved, int64(100+i))
 	}
@@ -182,6 +182,17 @@ func TestDecideKeepsABadRequestFromFailingTheOthers(t *testing.T) {
 	require.Equal(t, int64(101), plan.outcomes[1].acquire.ExecutionID, "each acquire keeps its reserved id")
 }
 
+func TestDecideRefusesToGrantUnderANewerProtocol(t *testing.T) {
+	list := tokens.List{Tokens: []tokens.Token{held(t1, 1)}}
+	st := state(list, map[int64]holder{1: {alive: true}}, 1)
+	st.protocol = ProtocolVersion + 1
+	plan, err := decide(st, []request{acquireReq(2), releaseReq(1, uuid.MustParse(t1))}, counter())
+	require.NoError(t, err)
+	require.ErrorIs(t, plan.outcomes[0].err, ErrUpgradeRequired)
+	require.ErrorContains(t, plan.outcomes[0].err, fmt.Sprintf("grant protocol %d; this binary speaks protocol %d", ProtocolVersion+1, ProtocolVersion))
+	require.False(t, plan.outcomes[1].release.LeaseLost, "an older binary still returns what it holds")
+}
+
 func TestDecideFailsOnACorruptedTokenList(t *testing.T) {
 	st := state(tokens.List{}, nil, 1)
 	st.tokens = "I:not-a-uuid,S:0,G:1"
@@ -234,8 +245,7 @@ func TestDecideWritesAScheduleClaimOnlyWithItsExecution(t *testing.T) {
 func TestDecideProperties(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		newID := counter()
-		var st txState
-		st.duplicates = map[string][]int64{}
+		st := txState{duplicates: map[string][]int64{}, protocol: ProtocolVersion}
 		alive := map[int64]bool{} // the model: executions granted a slot and not completed, alive or dead
 		tokenOf := map[int64]uuid.UUID{}
 		nextID := int64(1)

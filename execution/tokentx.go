@@ -71,7 +71,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, taskID int64, reqs []
 			var mode *int16
 			o := &st.overrides
 			if err := rows.Scan(&reserved, &st.tokens, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &mode, &o.KeepAliveInterval,
-				&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy, &st.waiters); err != nil {
+				&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy, &st.waiters, &st.protocol); err != nil {
 				return err
 			}
 			o.DeathMode = mode

@@ -162,3 +162,22 @@ VALUES ('a', 'huge', 2000000000, 50000), ('a', 'fine', 3, -1), ('a', 'unlimited'
 	_, err = pool.Exec(ctx, `UPDATE taskling.task_definition SET concurrency_limit = 10001 WHERE task_name = 'fine'`)
 	require.ErrorContains(t, err, "task_definition_concurrency_limit_check")
 }
+
+// TestProtocolUpgradeKeepsExistingTasks: 0004 adds the grant protocol to a database holding a
+// previous version's data, at version 1.
+func TestProtocolUpgradeKeepsExistingTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.UpTo(ctx, pool, 3))
+	_, err := pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name, tokens, fence)
+VALUES ('a', 't', 'I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:1,G:0', 7)`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+	var version, fence int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT version FROM taskling.protocol), fence FROM taskling.task_definition`).Scan(&version, &fence))
+	require.Equal(t, 1, version)
+	require.Equal(t, 7, fence)
+	_, err = pool.Exec(ctx, `INSERT INTO taskling.protocol (singleton, version) VALUES (false, 9)`)
+	require.Error(t, err, "one row")
+}

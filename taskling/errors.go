@@ -27,4 +27,8 @@ var (
 	ErrInvalidArgument = errors.New("taskling: invalid argument")
 	// ErrClientClosed: the Client was closed.
 	ErrClientClosed = errors.New("taskling: client closed")
+	// ErrUpgradeRequired: the database was migrated by a newer taskling whose grant rules this
+	// binary does not know, so it refuses to grant (it still completes what it runs). The error
+	// names both protocol versions; see the README's "Upgrading".
+	ErrUpgradeRequired = execution.ErrUpgradeRequired
 )
