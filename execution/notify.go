@@ -1,6 +1,8 @@
 package execution
 
 import (
+	"fmt"
+
 	"github.com/taskling-go/taskling/internal/backoff"
 
 	"context"
@@ -9,18 +11,23 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Notifier wakes requesters waiting for a slot of a task when a slot is returned or the task's
-// overrides change. It listens on one connection of its own, opened on the first Subscribe and
-// reopened after a failure. Notifications are hints: waiters also poll, so a lost notification
-// (a broken connection, a transaction-pooling PgBouncer) delays a waiter but never strands it.
+// overrides change. It listens on one connection of its own, opened on the first Subscribe with
+// the pool's connection settings and its BeforeConnect and AfterConnect hooks, and opened anew
+// after a failure. It is not taken from the pool: several clients may share a pool, and a
+// listener holding a pooled connection each could exhaust it. Notifications are hints: waiters
+// also poll, so a lost notification (a broken connection, a transaction-pooling PgBouncer)
+// delays a waiter but never strands it.
 //
 // A notification wakes one local waiter, the longest waiting, not all of them: a waiter that gets
 // a slot (or gives up) passes the wake-up on with Pass, so free slots are filled one after
 // another without a herd of denied attempts queueing on the task's lock.
 type Notifier struct {
-	cfg *pgx.ConnConfig
+	pool    *pgxpool.Pool
+	onError func(err error, retryIn time.Duration) // the listener failed; nil: ignore
 
 	mu      sync.Mutex
 	subs    map[int64][]chan struct{} // per task, oldest first
@@ -31,10 +38,11 @@ type Notifier struct {
 	ready   chan struct{} // closed once LISTEN is in place (or gave up for now)
 }
 
-// NewNotifier returns a Notifier that connects with cfg (copied).
-func NewNotifier(cfg *pgx.ConnConfig) *Notifier {
+// NewNotifier returns a Notifier listening on a connection of pool. onError (if not nil) hears
+// of every failure of the listener, with the delay before it tries again.
+func NewNotifier(pool *pgxpool.Pool, onError func(err error, retryIn time.Duration)) *Notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Notifier{cfg: cfg.Copy(), subs: map[int64][]chan struct{}{}, ctx: ctx, cancel: cancel}
+	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, ctx: ctx, cancel: cancel}
 }
 
 // Subscribe returns a channel that receives a value (coalesced) whenever taskID may have a free
@@ -98,24 +106,35 @@ func (n *Notifier) run() {
 	readyOnce := sync.OnceFunc(func() { close(n.ready) })
 	defer readyOnce()
 	for attempt := 0; n.ctx.Err() == nil; attempt++ {
-		if n.listen(readyOnce) {
+		listened, err := n.listen(readyOnce)
+		if listened {
 			attempt = 0
 		}
 		readyOnce() // do not keep subscribers waiting while the database is away
 		n.wakeAll() // anything may have been missed while disconnected
-		if backoff.Sleep(n.ctx, attempt, 100*time.Millisecond, 5*time.Second) != nil {
+		if n.ctx.Err() != nil {
 			return
+		}
+		wait := backoff.Delay(attempt, 100*time.Millisecond, 5*time.Second)
+		if n.onError != nil {
+			n.onError(err, wait)
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(wait):
 		}
 	}
 }
 
-// listen holds one LISTEN connection until it fails; it reports whether it got as far as LISTEN.
-func (n *Notifier) listen(ready func()) bool {
+// listen holds one LISTEN connection until it fails; it reports whether it got as far as LISTEN,
+// and why it stopped.
+func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	conn, err := pgx.ConnectConfig(cctx, n.cfg)
+	conn, err := n.connect(cctx)
 	cancel()
 	if err != nil {
-		return false
+		return false, fmt.Errorf("connect to LISTEN: %w", err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -123,18 +142,41 @@ func (n *Notifier) listen(ready func()) bool {
 		_ = conn.Close(cctx)
 	}()
 	if _, err := conn.Exec(n.ctx, "LISTEN "+notifyChannel); err != nil {
-		return false
+		return false, fmt.Errorf("LISTEN: %w", err)
 	}
 	ready()
 	for {
 		note, err := conn.WaitForNotification(n.ctx)
 		if err != nil {
-			return true
+			return true, fmt.Errorf("wait for notifications: %w", err)
 		}
 		if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
 			n.wake(id)
 		}
 	}
+}
+
+// connect opens a connection as the pool would, running its BeforeConnect and AfterConnect hooks
+// (a hook may supply a rotating password, or set the session up).
+func (n *Notifier) connect(ctx context.Context) (*pgx.Conn, error) {
+	pc := n.pool.Config()
+	cfg := pc.ConnConfig.Copy()
+	if pc.BeforeConnect != nil {
+		if err := pc.BeforeConnect(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if pc.AfterConnect != nil {
+		if err := pc.AfterConnect(ctx, conn); err != nil {
+			_ = conn.Close(ctx)
+			return nil, err
+		}
+	}
+	return conn, nil
 }
 
 // wake signals the longest-waiting subscriber of taskID that has no wake-up pending.

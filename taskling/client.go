@@ -16,7 +16,12 @@ import (
 )
 
 // Version is recorded on every execution row.
-const Version = "0.1.0"
+const Version = "0.2.0"
+
+// ProtocolVersion is the version of the grant rules this binary follows. Migrations store the
+// database's in taskling.protocol; a binary older than the database refuses to grant
+// (ErrUpgradeRequired).
+const ProtocolVersion = execution.ProtocolVersion
 
 // Isolation is the isolation level of the token transactions.
 type Isolation int
@@ -35,9 +40,12 @@ const (
 
 // Config configures a Client. A nil *Config, or a zero field, means the documented default.
 type Config struct {
-	// Logger receives warnings (conflicting declarations, heartbeat failures). nil: no logging.
+	// Logger receives warnings: conflicting declarations of a limit, failed heartbeats and lost
+	// leases, failures of the notification listener (waiters then poll), failed scheduler steps.
+	// nil: no logging.
 	Logger *zap.Logger
-	// HostName is recorded on executions. "" means os.Hostname().
+	// HostName is recorded on executions. "" means os.Hostname(). (The CLI reads it from
+	// TASKLING_HOST_NAME.)
 	HostName string
 	// Defaults for every task, over the library defaults.
 	Defaults TaskSettings
@@ -119,9 +127,12 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	}
 	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
 	return &Client{
-		pool:     pool,
-		store:    store,
-		notifier: execution.NewNotifier(pool.Config().ConnConfig),
+		pool:  pool,
+		store: store,
+		notifier: execution.NewNotifier(pool, func(err error, retryIn time.Duration) {
+			log.Warn("taskling: the notification listener failed; waiters poll until it is back",
+				zap.Error(err), zap.Duration("retry_in", retryIn))
+		}),
 		log:      log,
 		host:     host,
 		defaults: defaults,
@@ -131,8 +142,11 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	}, nil
 }
 
-// Close stops the client's listener. Executions already started keep their heartbeats until
-// they complete; Close does not wait for them.
+// Close stops the client's listener and closes its connection. Executions already
+// started keep heartbeating until they complete: Close neither waits for them nor ends them. A
+// process that exits without completing its executions leaves their slots held until they are
+// judged dead, one death threshold after their last heartbeat: complete (or let Run complete)
+// every execution before exiting.
 func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		close(c.closed)

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/taskling-go/taskling/taskling"
 )
@@ -151,4 +153,28 @@ func TestLeaseCountsFromTheGrantNotFromTheWaitForTheRowLock(t *testing.T) {
 	time.Sleep(threshold / 2)
 	require.False(t, leaseLost(e))
 	require.NoError(t, e.Complete(b.ctx))
+}
+
+// TestListenerFailuresAreLogged is issue 15 item 13: the LISTEN connection's failures were
+// silent. It now lives on a pool connection and reports through Config.Logger.
+func TestListenerFailuresAreLogged(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zap.WarnLevel)
+	b := setup(t, nil)
+	c := newClient(t, b.pool, &taskling.Config{Logger: zap.New(core), Defaults: fast})
+	holder, err := c.StartExecution(b.ctx, "app", "listen", nil)
+	require.NoError(t, err)
+	defer holder.Complete(b.ctx)
+	waitCtx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	go func() { _, _ = c.StartExecution(waitCtx, "app", "listen", &taskling.StartOptions{WaitForSlot: true}) }()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN taskling_slots' AND datname = current_database()`) == 1
+	}, 5*time.Second, 20*time.Millisecond, "the waiter's client listens")
+	b.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'LISTEN taskling_slots' AND datname = current_database()`)
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("notification listener failed").Len() > 0
+	}, 5*time.Second, 20*time.Millisecond)
+	entry := logs.FilterMessageSnippet("notification listener failed").All()[0]
+	require.Contains(t, entry.ContextMap(), "retry_in")
 }

@@ -202,10 +202,9 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 const claimTimeout = 30 * time.Second
 
 // claimContext is the context of a claim: it keeps ctx's values but not its cancellation, so
-// that stopping the scheduler lets a claim in flight finish (a claimed instant then runs with
-// its context already cancelled) rather than interrupting its transaction mid-batch, which
-// leaks a connection's context-watcher goroutine in pgx v5.7.6 (Pipeline.getResults closes the
-// pipeline on a read error without unwatching).
+// that stopping the scheduler lets a claim in flight finish (a claimed instant then runs with its
+// context already cancelled). Interrupting the transaction instead would leave its outcome
+// unknown: an instant committed as claimed but never run.
 func claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 }
