@@ -1,6 +1,8 @@
 // Command cron shows taskling's singleton cron: three processes run the scheduler of one task
 // scheduled every 3 seconds, and each instant runs exactly once, on whichever process claims it
-// first. Midway one process is killed (SIGKILL) and later restarted; the others carry on.
+// first. Midway the process that is running the job is killed (SIGKILL) in the middle of its run:
+// its execution is judged dead and the next instant runs on another process. The killed process
+// is restarted later; the others carry on.
 //
 //	scripts/with-db.sh go run ./examples/cron              # launcher: 3 processes, ~20 s
 //	TASKLING_DATABASE_URL=postgres://… go run ./examples/cron -scheduler -name h1
@@ -19,6 +21,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"sort"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -69,14 +73,22 @@ func runScheduler(ctx context.Context, dbURL, name string) error {
 	if err := migrations.Up(ctx, pool); err != nil {
 		return err
 	}
-	client, err := taskling.NewClient(pool, &taskling.Config{HostName: name})
+	// A dead host's run is judged dead 2 s after its last heartbeat, before the next instant.
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: name, Defaults: taskling.TaskSettings{
+		KeepAliveInterval: 500 * time.Millisecond, KeepAliveDeathThreshold: 2 * time.Second}})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
 	rollup := func(ctx context.Context, exec *taskling.Execution) error {
-		fmt.Printf("%s  %-3s runs the rollup for %s (execution %d)\n",
+		fmt.Printf("%s  %-3s starts the rollup for %s (execution %d)\n",
 			time.Now().Format("15:04:05.000"), name, exec.ScheduledFor().Format("15:04:05"), exec.ID())
+		select { // the rollup takes a while: long enough to be killed in the middle of it
+		case <-time.After(1500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		fmt.Printf("%s  %-3s finished the rollup for %s\n", time.Now().Format("15:04:05.000"), name, exec.ScheduledFor().Format("15:04:05"))
 		return exec.Checkpoint(ctx, "rolled up")
 	}
 	err = client.Schedule(ctx, app, task, spec, rollup, &taskling.ScheduleOptions{
@@ -90,8 +102,8 @@ func runScheduler(ctx context.Context, dbURL, name string) error {
 	return client.RunScheduler(ctx)
 }
 
-// launch starts three scheduler processes on a fresh database, kills one midway and restarts
-// it, then prints which host ran each instant.
+// launch starts three scheduler processes on a fresh database, kills the one running the job in
+// the middle of its run and later restarts it, then prints which host ran each instant.
 func launch(ctx context.Context, serverURL string, duration time.Duration) error {
 	db, err := pgtest.CreateDatabase(ctx, serverURL, false)
 	if err != nil {
@@ -102,7 +114,8 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 	if err != nil {
 		return err
 	}
-	fmt.Printf("== 3 scheduler processes, task %s/%s, spec %q, for %s; h2 is killed with SIGKILL midway and restarted\n", app, task, spec, duration)
+	fmt.Printf("== 3 scheduler processes, task %s/%s, spec %q, for %s; the host running the job is killed with SIGKILL mid-run, then restarted\n", app, task, spec, duration)
+	runs := &runTracker{running: map[string]string{}}
 	start := func(name string) (*exec.Cmd, error) {
 		cmd := exec.CommandContext(ctx, self, "-scheduler", "-database-url", db.URL, "-name", name)
 		out, err := cmd.StdoutPipe()
@@ -117,6 +130,7 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
 				fmt.Println(sc.Text())
+				runs.observe(name, sc.Text())
 			}
 		}()
 		return cmd, nil
@@ -128,12 +142,17 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 		}
 	}
 	sleep(ctx, duration/3)
-	fmt.Printf("%s  -- kill -9 h2\n", time.Now().Format("15:04:05.000"))
-	_ = hosts["h2"].Process.Kill()
-	_ = hosts["h2"].Wait()
+	victim, instant := runs.waitForARun(ctx)
+	if victim == "" {
+		return ctx.Err()
+	}
+	sleep(ctx, 500*time.Millisecond) // in the middle of its 1.5 s run
+	fmt.Printf("%s  -- kill -9 %s, in the middle of its run for %s\n", time.Now().Format("15:04:05.000"), victim, instant)
+	_ = hosts[victim].Process.Kill()
+	_ = hosts[victim].Wait()
 	sleep(ctx, duration/3)
-	fmt.Printf("%s  -- restart h2\n", time.Now().Format("15:04:05.000"))
-	if hosts["h2"], err = start("h2"); err != nil {
+	fmt.Printf("%s  -- restart %s\n", time.Now().Format("15:04:05.000"), victim)
+	if hosts[victim], err = start(victim); err != nil {
 		return err
 	}
 	sleep(ctx, duration/3)
@@ -143,11 +162,46 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 	for _, cmd := range hosts {
 		_ = cmd.Wait()
 	}
-	return report(ctx, db.URL)
+	return report(ctx, db.URL, victim, instant)
 }
 
-// report prints each scheduled instant with the executions that ran it: one each.
-func report(ctx context.Context, dbURL string) error {
+// runTracker follows the hosts' output: which host is running the job, for which instant.
+type runTracker struct {
+	mu      sync.Mutex
+	running map[string]string // host -> instant it is running
+}
+
+func (r *runTracker) observe(host, line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fields := strings.Fields(line)
+	switch {
+	case strings.Contains(line, " starts the rollup for ") && len(fields) >= 7:
+		r.running[host] = fields[6] // "15:04:05.000 h1 starts the rollup for 15:04:05 (execution N)"
+	case strings.Contains(line, " finished the rollup for "):
+		delete(r.running, host)
+	}
+}
+
+// waitForARun waits until some host is running the job and returns it with the instant.
+func (r *runTracker) waitForARun(ctx context.Context) (host, instant string) {
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		for h, at := range r.running {
+			host, instant = h, at
+		}
+		r.mu.Unlock()
+		if host != "" {
+			return host, instant
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	return "", ""
+}
+
+// report prints each scheduled instant with the executions that ran it: one each. It points out
+// the killed run (dead) and the instant after it, which another host ran.
+func report(ctx context.Context, dbURL, victim, killedInstant string) error {
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return err
@@ -165,9 +219,17 @@ func report(ctx context.Context, dbURL string) error {
 	sort.Slice(infos, func(i, j int) bool { return infos[i].ScheduledFor.Before(infos[j].ScheduledFor) })
 	perInstant := map[time.Time]int{}
 	fmt.Println("\n== history: instant, host, status")
+	next := false
 	for _, in := range infos {
 		perInstant[in.ScheduledFor]++
-		fmt.Printf("%s  %-3s %s\n", in.ScheduledFor.Format("15:04:05"), in.Host, in.Status)
+		note := ""
+		switch at := in.ScheduledFor.Format("15:04:05"); {
+		case at == killedInstant && in.Host == victim:
+			note, next = "  <- killed mid-run: judged dead, its slot reclaimed", true
+		case next && in.Status != taskling.StatusBlocked:
+			note, next = "  <- the next instant, taken by another host", false
+		}
+		fmt.Printf("%s  %-3s %s%s\n", in.ScheduledFor.Format("15:04:05"), in.Host, in.Status, note)
 	}
 	dups := 0
 	for _, n := range perInstant {

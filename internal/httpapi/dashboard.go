@@ -85,7 +85,7 @@ type page struct {
 	Title string
 	// Base is the relative path from the page to the handler's root ("" or "../../"), so the
 	// dashboard works wherever the handler is mounted.
-	Base       string
+	Base      string
 	RefreshMS int64
 	// CanWrite: the server has a token, so changes are possible; SignedIn: this browser holds a
 	// session (or the request a bearer token), so it may make them.

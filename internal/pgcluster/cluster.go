@@ -56,8 +56,8 @@ const (
 	superuser = "postgres"
 	// replicationRole is what a streaming standby of this cluster connects as.
 	replicationRole = "taskling_replication"
-	startTimeout = 120 * time.Second // pg_ctl -t: crash recovery included
-	readyTimeout = 60 * time.Second
+	startTimeout    = 120 * time.Second // pg_ctl -t: crash recovery included
+	readyTimeout    = 60 * time.Second
 	// A Unix socket path must fit sockaddr_un.sun_path (108 bytes on Linux) with its
 	// "/.s.PGSQL.NNNNN" suffix; a deeper cluster directory gets no socket (TCP is what we use).
 	maxSocketDir = 107 - len("/.s.PGSQL.65535")

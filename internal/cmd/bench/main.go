@@ -1,4 +1,4 @@
-// Command bench measures taskling against the floor and the targets of shared/BENCHMARKS.md, in
+// Command bench measures taskling against the floor and the targets of the README's Benchmark, in
 // one run (absolute numbers vary 2–3× between runs on this kind of machine; the ratios are what
 // to read). `make bench` runs it against the private cluster or TASKLING_DATABASE_URL.
 package main
@@ -251,8 +251,8 @@ func printTable(rows []row) {
 	one := get("taskling read committed, 1 goroutine(s)")
 	sixteen := get("taskling read committed, 16 goroutine(s)")
 	tasks64 := get("taskling read committed, 64 goroutine(s)")
-	const pglockUncontended = 1100 // midpoint of pglock's ~0.8–1.4 k cycles/s (BENCHMARKS.md)
-	fmt.Println("\nTargets (shared/BENCHMARKS.md), on the default isolation (READ COMMITTED):")
+	const pglockUncontended = 1100 // midpoint of pglock's ~0.8–1.4 k cycles/s on this kind of machine (README, Benchmark)
+	fmt.Println("\nTargets (README, Benchmark), on the default isolation (READ COMMITTED):")
 	check := func(ok bool, format string, args ...any) {
 		mark := "MET "
 		if !ok {
@@ -262,7 +262,7 @@ func printTable(rows []row) {
 	}
 	check(sixteen.Rate() >= 2*floorSer16.Rate(), "one task, 16 goroutines: %.0f cycles/s = %.2f× the raw 16-goroutine SERIALIZABLE loop (%.0f); target ≥ 2×",
 		sixteen.Rate(), sixteen.Rate()/floorSer16.Rate(), floorSer16.Rate())
-	check(sixteen.Rate() >= pglockUncontended, "one task, 16 goroutines: %.0f cycles/s vs pglock's uncontended ~%d; target ≥", sixteen.Rate(), pglockUncontended)
+	check(sixteen.Rate() >= pglockUncontended, "one task, 16 goroutines: %.0f cycles/s vs pglock's uncontended ~%d; target ≥ pglock's", sixteen.Rate(), pglockUncontended)
 	check(sixteen.Failed == 0, "one task, 16 goroutines: %d failed acquisitions; target 0", sixteen.Failed)
 	check(sixteen.Percentile(99) < 20*time.Millisecond, "one task, 16 goroutines: p99 %s; target < 20 ms", ms(sixteen.Percentile(99)))
 	check(one.Rate() >= 0.7*floorRC1.Rate(), "uncontended: %.0f cycles/s = %.2f× the raw floor at the same isolation (%.0f); target ≥ 0.7×",
