@@ -9,104 +9,210 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// aliveSQL judges the task_execution row aliased e on the DB clock at this moment. It is the one
-// predicate of liveness: a holder is dead strictly after its threshold.
-var aliveSQL = fmt.Sprintf(`(CASE e.death_mode
+// The SQL of the token transactions. Under SERIALIZABLE, they read only rows that no token
+// transaction of another task writes — their own task rows, their holders' sessions (written by
+// heartbeats, at READ COMMITTED), their reference claims — so that unrelated tasks never
+// conflict; everything else they touch they only insert.
+
+// usSQL is the database clock in µs since the Unix epoch.
+const usSQL = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+// taskRowSQL are the columns of the task row d that the token logic reads (scanTaskRow), with the
+// row version's heap page and transaction id (xmin: it changes with every write of the row).
+const taskRowSQL = `d.id, d.tokens, d.holders, d.fence,
+    d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
+    d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
+    (SELECT version FROM taskling.protocol WHERE singleton), ` + blockSQL + `, d.xmin::text`
+
+// lockTasksSQL is the first statement of every token transaction: it takes the rows' locks in
+// id order (no deadlock between transactions serving several tasks) before anything is read, and
+// returns each row as it is under the lock. (A lock, not a write: the row is written once, by
+// updateTasksSQL, if anything changed.)
+const lockTasksSQL = `
+SELECT ` + taskRowSQL + `
+FROM taskling.task_definition d
+WHERE d.id = ANY($1)
+ORDER BY d.id
+FOR UPDATE OF d`
+
+// blockSQL is the heap page of the task row d's version (see combiner.pages).
+const blockSQL = `(d.ctid::text::point)[0]::bigint`
+
+// clockSQL reads the DB clock once the locks are held (the lock statement computes its columns
+// before it waits for a lock), to judge liveness by.
+const clockSQL = `SELECT ` + usSQL
+
+// reserveIDsSQL reserves the ids of the executions the transaction may insert.
+const reserveIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`
+
+// sessionsSQL reads the last heartbeat of every session the tasks' holders belong to.
+const sessionsSQL = `
+SELECT s.id, (extract(epoch FROM s.last_heartbeat) * 1000000)::bigint
+FROM taskling.session s
+WHERE s.id IN (SELECT m[1]::bigint FROM taskling.task_definition d, regexp_matches(d.holders, 'P:([0-9]+)', 'g') m
+               WHERE d.id = ANY($1))`
+
+// claimsSQL reads the claims of the idempotent references requested.
+const claimsSQL = `
+SELECT c.task_id, c.reference_value, c.execution_id, c.succeeded
+FROM taskling.reference_claim c
+JOIN unnest($1::bigint[], $2::text[]) AS r(task, ref) ON c.task_id = r.task AND c.reference_value = r.ref`
+
+// aliveSQL judges the task_execution row e (with its session s and end x, when joined) on the DB
+// clock at this moment: a holder is dead strictly after its threshold. Rows of protocol 1 (no
+// session) are judged by their own heartbeat column.
+var aliveSQL = fmt.Sprintf(`(CASE WHEN e.death_mode <> %d THEN clock_timestamp() - e.started_at <= e.override_threshold
+    WHEN e.session_id IS NOT NULL THEN clock_timestamp() - greatest(e.started_at, s.last_heartbeat) <= e.keep_alive_death_threshold
+    ELSE clock_timestamp() - e.last_keep_alive <= e.keep_alive_death_threshold END)`, modeKeepAlive)
+
+// legacyAliveSQL and legacyExpiresInSQL judge a row of protocol 1 by its own heartbeat column.
+var legacyAliveSQL = fmt.Sprintf(`(CASE e.death_mode
     WHEN %d THEN clock_timestamp() - e.last_keep_alive <= e.keep_alive_death_threshold
     ELSE clock_timestamp() - e.started_at <= e.override_threshold END)`, modeKeepAlive)
 
-// expiresInSQL is how long from now, on the DB clock, until the holder e may be judged dead, in
-// microseconds (negative once dead).
-var expiresInSQL = fmt.Sprintf(`(extract(epoch FROM (CASE e.death_mode
+var legacyExpiresInSQL = fmt.Sprintf(`(extract(epoch FROM (CASE e.death_mode
     WHEN %d THEN e.last_keep_alive + e.keep_alive_death_threshold
     ELSE e.started_at + e.override_threshold END) - clock_timestamp()) * 1000000)::bigint`, modeKeepAlive)
 
-// mayHoldSQL selects the executions e that may still hold a slot: granted, neither completed
-// nor reclaimed. task_execution_holders_idx has the same predicate.
-const mayHoldSQL = `e.completed_at IS NULL AND e.token_id IS NOT NULL AND e.reclaimed_at IS NULL`
-
-// lockTaskSQL is the first write of every token transaction: it takes the task row's lock before
-// anything is read, reserves an execution id and returns the row as it is under the lock.
-const lockTaskSQL = `
-UPDATE taskling.task_definition
-SET hold_lock_execution_id = nextval('taskling.task_execution_id_seq')
-WHERE id = $1
-RETURNING hold_lock_execution_id, tokens, fence,
-    concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold,
-    override_threshold, declared_limit, declared_by, coalesce(waiters_until > clock_timestamp(), false),
-    (SELECT version FROM taskling.protocol)`
-
-// moreIDsSQL reserves the ids of the other executions a batch may insert.
-const moreIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`
-
-// holdersSQL lists the executions that may hold a slot of the task, with their liveness judged
-// while the row lock is held. Served by task_execution_holders_idx.
-var holdersSQL = `
-SELECT e.id, ` + aliveSQL + `, ` + expiresInSQL + `
+// legacySQL judges grantees that have no liveness terms (grants of protocol 1, or holders whose
+// row was deleted: those are missing here, so dead).
+var legacySQL = `
+SELECT e.id, ` + legacyAliveSQL + `, ` + legacyExpiresInSQL + `
 FROM taskling.task_execution e
-WHERE e.task_id = $1 AND ` + mayHoldSQL
+WHERE e.id = ANY($1) AND e.completed_at IS NULL AND e.reclaimed_at IS NULL AND e.token_id IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)`
 
-// duplicatesSQL finds executions of the task with one of the reference values that succeeded or
-// are still running and alive. Served by task_execution_reference_idx.
-var duplicatesSQL = `
-SELECT e.id, e.reference_value FROM taskling.task_execution e
-WHERE e.task_id = $1 AND e.reference_value = ANY($2) AND e.token_id IS NOT NULL
-  AND NOT e.blocked AND NOT e.failed AND e.reclaimed_at IS NULL
-  AND (e.completed_at IS NOT NULL OR ` + aliveSQL + `)`
+// endedSQL reads the recorded ends of executions whose release is a retry.
+const endedSQL = `SELECT execution_id, outcome FROM taskling.execution_end WHERE execution_id = ANY($1)`
 
-const updateTokensSQL = `
-UPDATE taskling.task_definition
-SET tokens = $2, fence = $3,
-    declared_at = CASE WHEN declared_limit IS DISTINCT FROM $4 OR declared_by IS DISTINCT FROM $5
-                       THEN clock_timestamp() ELSE declared_at END,
-    declared_limit = coalesce($4, declared_limit), declared_by = coalesce($5, declared_by),
-    waiters_until = CASE WHEN $6 THEN greatest(waiters_until, clock_timestamp() + interval '60 seconds')
-                         ELSE waiters_until END
-WHERE id = $1`
+// updateTasksSQL writes the tasks' token lists, holders (with the DB clock as the grant time of
+// the holders granted now), fences, declarations and waiter marks.
+const updateTasksSQL = `
+UPDATE taskling.task_definition d SET ` + updateTasksSet + `
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark)
+WHERE d.id = u.id
+RETURNING ` + taskRowSQL
 
-const insertExecutionsSQL = `
+// casTasksSQL is updateTasksSQL for decisions taken on cached rows: each row is written only if
+// it is still the version the decision was taken on (xmin, $8) under the same grant protocol ($9),
+// and only if no other transaction holds its lock: the fast path never waits for a lock, since a
+// grant's lease is measured from before its round trip (the usual path, after the lock, takes it).
+const casTasksSQL = `
+UPDATE taskling.task_definition d SET ` + updateTasksSet + `
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, xmin)
+WHERE d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $9
+    AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
+RETURNING ` + taskRowSQL
+
+// writtenSQL holds for the task row whose id is %s once this transaction wrote it.
+const writtenSQL = `EXISTS (SELECT 1 FROM taskling.task_definition w
+    WHERE w.id = %s AND w.xmin = pg_current_xact_id_if_assigned()::xid)`
+
+const updateTasksSet = `
+    tokens = u.tokens,
+    holders = replace(u.holders, '` + grantMark + `', 'A:' || ` + usSQL + `),
+    fence = u.fence,
+    declared_at = CASE WHEN u.declared_limit IS NOT NULL
+                        AND (d.declared_limit IS DISTINCT FROM u.declared_limit OR d.declared_by IS DISTINCT FROM u.declared_by)
+                       THEN clock_timestamp() ELSE d.declared_at END,
+    declared_limit = coalesce(u.declared_limit, d.declared_limit),
+    declared_by = coalesce(u.declared_by, d.declared_by),
+    waiters_until = CASE WHEN u.mark THEN greatest(d.waiters_until, clock_timestamp() + interval '60 seconds')
+                         ELSE d.waiters_until END`
+
+// insertExecutionsSQL inserts the executions granted or denied (a denied one starts and ends at
+// once).
+const insertExecutionsSQL = insertExecutionsHead + `
+RETURNING id, started_at`
+
+// fastInsertExecutionsSQL inserts those of tasks this transaction wrote (casTasksSQL).
+var fastInsertExecutionsSQL = insertExecutionsHead + `
+WHERE ` + fmt.Sprintf(writtenSQL, "r.task") + `
+RETURNING id, started_at`
+
+const insertExecutionsHead = `
 INSERT INTO taskling.task_execution (
-    id, task_id, started_at, completed_at, last_keep_alive, host_name,
+    id, task_id, started_at, completed_at, last_keep_alive, host_name, session_id,
     death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
     reference_value, idempotent, header, blocked, blocked_reason, token_id, fence,
     scheduled_for, library_version)
-SELECT r.id, $1, clock_timestamp(), CASE WHEN r.blocked THEN clock_timestamp() END, clock_timestamp(), r.host,
-    r.mode, r.kai, r.kadt, r.ot, r.ref, r.idem, r.header::jsonb, r.blocked, r.reason, r.token::uuid, r.fence,
-    r.sched, $2
-FROM unnest($3::bigint[], $4::text[], $5::smallint[], $6::interval[], $7::interval[], $8::interval[],
-            $9::text[], $10::boolean[], $11::text[], $12::boolean[], $13::text[], $14::text[], $15::bigint[],
-            $16::timestamptz[])
-    AS r(id, host, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)
-RETURNING id, started_at`
+SELECT r.id, r.task, clock_timestamp(), CASE WHEN r.blocked THEN clock_timestamp() END, clock_timestamp(), r.host,
+    nullif(r.session, 0), r.mode, r.kai, r.kadt, r.ot, r.ref, r.idem, r.header::jsonb, r.blocked, r.reason, r.token::uuid,
+    r.fence, r.sched, $1
+FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::smallint[], $7::interval[], $8::interval[],
+            $9::interval[], $10::text[], $11::boolean[], $12::text[], $13::boolean[], $14::text[], $15::text[],
+            $16::bigint[], $17::timestamptz[])
+    AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)`
 
-const insertEventsSQL = `
-INSERT INTO taskling.task_execution_event (execution_id, event_type, message)
-SELECT e.x, e.t, e.m FROM unnest($1::bigint[], $2::smallint[], $3::text[]) WITH ORDINALITY AS e(x, t, m, n)
-ORDER BY e.n`
+// claimRefsSQL claims the idempotent references granted now (over a claim that did not
+// succeed and whose execution no longer runs).
+const claimRefsSQL = `
+INSERT INTO taskling.reference_claim (task_id, reference_value, execution_id)
+SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[])
+ON CONFLICT (task_id, reference_value) DO UPDATE
+SET execution_id = EXCLUDED.execution_id, succeeded = false, claimed_at = clock_timestamp()`
 
-// reclaimSQL marks the dead holders whose slots this transaction takes. Each row is rechecked
-// under its own row lock: a holder that renewed its lease since the read aborts the transaction
-// (with a serialization failure, so it is retried and sees the holder alive). This is what keeps
-// READ COMMITTED safe; under SERIALIZABLE PostgreSQL would catch it too.
+// reclaimSQL records the reclaim of dead holders. Each is rechecked under its session's row
+// lock: a heartbeat that renewed the session since the read (it waits for this lock, and then
+// finds the reclaim) aborts the transaction with a serialization failure, so it is retried and
+// sees the holder alive. This is what keeps READ COMMITTED safe.
 var reclaimSQL = `
+WITH r AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS r(exec, session, granted_us, threshold_us)),
+s AS (SELECT s.id, s.last_heartbeat FROM taskling.session s WHERE s.id IN (SELECT session FROM r WHERE session <> 0) FOR SHARE OF s),
+j AS (SELECT r.exec, greatest(timestamptz 'epoch' + r.granted_us * interval '1 microsecond', s.last_heartbeat) AS last,
+             r.threshold_us * interval '1 microsecond' AS threshold
+      FROM r LEFT JOIN s ON s.id = r.session)
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT exec, ` + endReclaimedText + `, last FROM j
+WHERE clock_timestamp() - last > threshold
+   OR taskling.serialization_conflict('execution ' || exec || ' renewed its lease while being reclaimed')
+ON CONFLICT (execution_id) DO NOTHING`
+
+// legacyReclaimSQL reclaims holders of protocol 1, rechecked under their own row lock.
+var legacyReclaimSQL = `
 WITH r AS (
     UPDATE taskling.task_execution e SET reclaimed_at = clock_timestamp()
     WHERE e.id = ANY($1) AND e.completed_at IS NULL AND e.reclaimed_at IS NULL
-    RETURNING e.id, ` + aliveSQL + ` AS alive
+    RETURNING e.id, e.last_keep_alive, ` + legacyAliveSQL + ` AS alive
 )
-SELECT count(*) FILTER (WHERE NOT alive OR taskling.serialization_conflict('execution ' || id || ' renewed its lease while being reclaimed'))
-FROM r`
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT id, ` + endReclaimedText + `, last_keep_alive FROM r
+WHERE NOT alive OR taskling.serialization_conflict('execution ' || id || ' renewed its lease while being reclaimed')
+ON CONFLICT (execution_id) DO NOTHING`
 
-// Event types stored in task_execution_event.event_type, and their names.
-const (
-	eventStart      int16 = 1
-	eventCheckpoint int16 = 2
-	eventError      int16 = 3
-	eventEnd        int16 = 4
-	eventBlocked    int16 = 5
-)
+var endReclaimedText = fmt.Sprint(endReclaimed)
 
-var eventNames = map[int16]string{eventStart: "start", eventCheckpoint: "checkpoint", eventError: "error", eventEnd: "end", eventBlocked: "blocked"}
+// endSQL records the ends of the executions released. A second end of one changes nothing.
+const endSQL = `
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT r.id, r.outcome, clock_timestamp() FROM unnest($1::bigint[], $2::smallint[]) AS r(id, outcome)
+ON CONFLICT (execution_id) DO NOTHING`
+
+// fastEndSQL records those of tasks this transaction wrote (casTasksSQL).
+var fastEndSQL = `
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT r.id, r.outcome, clock_timestamp() FROM unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS r(id, outcome, task)
+WHERE ` + fmt.Sprintf(writtenSQL, "r.task") + `
+ON CONFLICT (execution_id) DO NOTHING`
+
+// succeededSQL marks the claims of idempotent executions that completed successfully.
+const succeededSQL = `
+UPDATE taskling.reference_claim c SET succeeded = true
+FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(task, ref, exec)
+WHERE c.task_id = r.task AND c.reference_value = r.ref AND c.execution_id = r.exec`
+
+// notifySQL announces freed slots of the tasks to waiters (notifyChannel, payload the task id).
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', t::text) FROM unnest($1::bigint[]) AS t`
+
+// fastNotifySQL announces the slots freed in the tasks this transaction wrote (casTasksSQL) to
+// their waiters, if any.
+var fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', d.id::text) FROM taskling.task_definition d
+WHERE d.id = ANY($1) AND d.waiters_until > clock_timestamp() AND ` + fmt.Sprintf(writtenSQL, "d.id")
+
+// notifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced.
+const notifyChannel = "taskling_slots"
 
 // DenyReason says why an acquisition was not granted.
 type DenyReason int
@@ -123,6 +229,9 @@ type AcquireRequest struct {
 	TaskID   int64
 	TaskName string // "app/task", for error messages
 	Host     string
+	// SessionID is the requester's session (RegisterSession): a holder in KeepAlive mode lives
+	// by its heartbeat.
+	SessionID int64
 	// Declared are the requester's settings (defaults, config and code), before operator
 	// overrides. They must be valid.
 	Declared       Settings
@@ -159,8 +268,9 @@ type AcquireResult struct {
 	Reclaimed []int64
 	// ConflictingDeclaration is the different limit another host had declared, if any.
 	ConflictingDeclaration *Declaration
-	// SentAt is the local time just before the successful attempt's first round trip was sent:
-	// the holder's lease is measured from it, on the local monotonic clock.
+	// SentAt is the local time just before the round trip that wrote the grant was sent: the
+	// holder's lease is measured from it, on the local monotonic clock. (On the database, its
+	// grant time is set by that round trip, so it is later.)
 	SentAt time.Time
 }
 
@@ -170,12 +280,11 @@ type Declaration struct {
 	Host  string
 }
 
-// Acquire runs the acquire transaction, together with the other token operations
-// this process has queued on the task. It returns an error only when the transaction failed; a
-// denial is a result.
+// Acquire runs the acquire transaction, together with the other token operations this process
+// has queued. It returns an error only when the transaction failed; a denial is a result.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
 	o := &op{request: request{acquire: &req}, ctx: ctx}
-	s.submit(req.TaskID, o)
+	s.submit(o)
 	if err := o.err(); err != nil {
 		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, err)
 	}
@@ -193,19 +302,13 @@ func denyMessage(r DenyReason, limit int) string {
 }
 
 const insertBlockedSQL = `
-WITH ins AS (
-    INSERT INTO taskling.task_execution (
-        task_id, started_at, completed_at, last_keep_alive, host_name, death_mode,
-        keep_alive_interval, keep_alive_death_threshold, override_threshold,
-        reference_value, idempotent, header, blocked, blocked_reason, scheduled_for, library_version)
-    VALUES ($1, clock_timestamp(), clock_timestamp(), clock_timestamp(), $2, $3, $4, $5, $6,
-        $7, $8, $9, true, $10, $11, $12)
-    RETURNING id
-)
-INSERT INTO taskling.task_execution_event (execution_id, event_type, message)
-SELECT id, e.t, e.m FROM ins, unnest($13::smallint[], ARRAY[NULL, $10, NULL]::text[]) WITH ORDINALITY AS e(t, m, n)
-ORDER BY e.n
-RETURNING execution_id`
+INSERT INTO taskling.task_execution (
+    task_id, started_at, completed_at, last_keep_alive, host_name, session_id, death_mode,
+    keep_alive_interval, keep_alive_death_threshold, override_threshold,
+    reference_value, idempotent, header, blocked, blocked_reason, scheduled_for, library_version)
+VALUES ($1, clock_timestamp(), clock_timestamp(), clock_timestamp(), $2, nullif($3, 0), $4, $5, $6, $7,
+    $8, $9, $10, true, $11, $12, $13)
+RETURNING id`
 
 // RecordBlocked records a denied attempt without running the token logic: a requester that
 // waited for a slot until its context ended records its attempt this way, once.
@@ -215,62 +318,43 @@ func (s *Store) RecordBlocked(ctx context.Context, req AcquireRequest, reason st
 	if req.Header != nil {
 		header = string(req.Header)
 	}
-	rows, err := s.pool.Query(ctx, insertBlockedSQL, req.TaskID, req.Host, d.DeathMode,
+	var id int64
+	err := s.pool.QueryRow(ctx, insertBlockedSQL, req.TaskID, req.Host, req.SessionID, d.DeathMode,
 		d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold,
-		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion,
-		[]int16{eventStart, eventBlocked, eventEnd})
+		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("execution: record blocked attempt of %s: %w", req.TaskName, err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("execution: record blocked attempt of %s: %w", req.TaskName, err)
-	}
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	return ids[0], nil
+	return id, nil
 }
 
 // executionRows are the rows the second round trip inserts, as column arrays.
 type executionRows struct {
-	ids          []int64
-	hosts        []string
-	modes        []int16
-	kai, kadt    []time.Duration
-	ot           []time.Duration
-	refs         []*string
-	idempotent   []bool
-	headers      []*string
-	blocked      []bool
-	reasons      []*string
-	tokenIDs     []*string
-	fences       []*int64
-	scheduledFor []*time.Time
-
-	eventExec []int64
-	eventType []int16
-	eventMsg  []*string
+	ids, tasks, sessions []int64
+	hosts                []string
+	modes                []int16
+	kai, kadt, ot        []time.Duration
+	refs                 []*string
+	idempotent           []bool
+	headers              []*string
+	blocked              []bool
+	reasons              []*string
+	tokenIDs             []*string
+	fences               []*int64
+	scheduledFor         []*time.Time
 }
 
-// executionRows collects the execution rows and their events that plan inserts.
-func (s *Store) executionRows(reqs []request, plan *txPlan) *executionRows {
-	w := &executionRows{}
-	for _, i := range plan.inserts {
-		w.add(reqs[i].acquire, &plan.outcomes[i].acquire)
-	}
-	return w
-}
-
-func (w *executionRows) args(taskID int64, version string) []any {
-	return []any{taskID, version, w.ids, w.hosts, w.modes, w.kai, w.kadt, w.ot,
+func (w *executionRows) args(version string) []any {
+	return []any{version, w.ids, w.tasks, w.hosts, w.sessions, w.modes, w.kai, w.kadt, w.ot,
 		w.refs, w.idempotent, w.headers, w.blocked, w.reasons, w.tokenIDs, w.fences, w.scheduledFor}
 }
 
 func (w *executionRows) add(req *AcquireRequest, res *AcquireResult) {
 	e := res.Effective
 	w.ids = append(w.ids, res.ExecutionID)
+	w.tasks = append(w.tasks, req.TaskID)
 	w.hosts = append(w.hosts, req.Host)
+	w.sessions = append(w.sessions, req.SessionID)
 	w.modes = append(w.modes, e.DeathMode)
 	w.kai = append(w.kai, e.KeepAliveInterval)
 	w.kadt = append(w.kadt, e.KeepAliveDeathThreshold)
@@ -284,9 +368,6 @@ func (w *executionRows) add(req *AcquireRequest, res *AcquireResult) {
 	}
 	w.headers = append(w.headers, header)
 	w.scheduledFor = append(w.scheduledFor, req.ScheduledFor)
-	w.eventExec = append(w.eventExec, res.ExecutionID)
-	w.eventType = append(w.eventType, eventStart)
-	w.eventMsg = append(w.eventMsg, nil)
 	if res.Denied == NotDenied {
 		token, fence := res.TokenID.String(), res.Fence
 		w.blocked = append(w.blocked, false)
@@ -300,7 +381,16 @@ func (w *executionRows) add(req *AcquireRequest, res *AcquireResult) {
 	w.reasons = append(w.reasons, &reason)
 	w.tokenIDs = append(w.tokenIDs, nil)
 	w.fences = append(w.fences, nil)
-	w.eventExec = append(w.eventExec, res.ExecutionID, res.ExecutionID)
-	w.eventType = append(w.eventType, eventBlocked, eventEnd)
-	w.eventMsg = append(w.eventMsg, &reason, nil)
+}
+
+// scanInt64Pairs reads rows of two bigints.
+func scanInt64Pairs(rows pgx.Rows, fn func(a, b int64)) error {
+	for rows.Next() {
+		var a, b int64
+		if err := rows.Scan(&a, &b); err != nil {
+			return err
+		}
+		fn(a, b)
+	}
+	return rows.Err()
 }

@@ -3,7 +3,7 @@ package execution
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,13 +11,15 @@ import (
 	"github.com/taskling-go/taskling/tokens"
 )
 
-// A token transaction has three parts: read the task's state under its row lock (round trip 1,
-// readState), decide everything in decide — a pure function of that state and the requests, with
-// no I/O and no clock — and write the plan (round trip 2, writePlan).
+// A token transaction has three parts: read the state of its tasks under their row locks (round
+// trip 1, readState), decide everything in decide — a pure function of one task's state and its
+// requests, with no I/O and no clock — and write the plans (round trip 2, writePlans).
 
 // ProtocolVersion is the version of the grant rules this binary follows. The migration that
 // changes them bumps taskling.protocol; a binary older than the database refuses to grant.
-const ProtocolVersion = 1
+// Protocol 2: holders judged by the liveness terms in their task row and their process's
+// session heartbeat.
+const ProtocolVersion = 2
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")
@@ -28,68 +30,128 @@ type request struct {
 	release *ReleaseRequest
 }
 
-// txState is what round trip 1 read, under the task row's lock.
+func (r request) taskID() int64 {
+	if r.acquire != nil {
+		return r.acquire.TaskID
+	}
+	return r.release.TaskID
+}
+
+// txState is what round trip 1 read of one task, under its row lock.
 type txState struct {
-	reserved      []int64 // execution ids reserved for the acquires, in order
+	reserved      []int64 // execution ids reserved for the task's acquires, in order
 	tokens        string
+	holders       string // liveness terms (holders.go)
 	fence         int64
 	overrides     Overrides
 	declaredLimit *int
 	declaredBy    *string
-	waiters       bool // someone waits for a slot: a freed one is announced
-	protocol      int  // the database's grant protocol (ProtocolVersion when they agree)
-	// holders are the executions that may hold a slot, judged on the DB clock.
-	holders map[int64]holder
-	// duplicates maps a reference value to the executions that make a new idempotent start
-	// with it a duplicate (succeeded, or running and alive).
-	duplicates map[string][]int64
+	waiters       bool  // someone waits for a slot: a freed one is announced
+	protocol      int   // the database's grant protocol
+	nowUS         int64 // the DB clock under the lock, µs since the Unix epoch
+	// heartbeats are the last heartbeats (µs) of the holders' sessions.
+	heartbeats map[int64]int64
+	// legacy is the liveness, judged by their rows, of grantees that have no terms: grants of
+	// protocol 1, and holders whose row was deleted. nil: not read (decide then asks for it).
+	legacy map[int64]holder
+	// claims are the claims of the idempotent references requested, by reference value.
+	claims map[string]claim
+	// ended are the recorded ends (outcome) of executions whose release is a retry.
+	ended map[int64]int16
+	// blind: the state is a cached copy, written back only if the row did not change; nothing
+	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
+	// that needs any of it fails with errBlind.
+	blind bool
 }
+
+// errBlind: a decision on a cached state needed what only a read under the row lock tells.
+var errBlind = errors.New("decision needs the database's state")
 
 type holder struct {
 	alive     bool
 	expiresIn time.Duration // until it may be judged dead
 }
 
-// txPlan is what round trip 2 writes, with each request's outcome.
+// claim is an idempotent reference value's claim: the last execution granted with it.
+type claim struct {
+	exec      int64
+	succeeded bool
+}
+
+// errNeedLegacy asks for another attempt that reads the liveness of grantees without terms.
+type errNeedLegacy struct{ ids []int64 }
+
+func (e *errNeedLegacy) Error() string {
+	return fmt.Sprintf("grantees %v have no liveness terms: read their rows", e.ids)
+}
+
+// Ends of executions, as stored in execution_end.outcome.
+const (
+	endCompleted int16 = 1
+	endFailed    int16 = 2
+	endReclaimed int16 = 3 // taken by another requester: its holder was dead
+)
+
+// txPlan is what round trip 2 writes for one task, with each request's outcome.
 type txPlan struct {
 	tokens        string
+	holders       string
 	fence         int64
 	declaredLimit *int
 	declaredBy    *string
 	markWaiting   bool  // a waiter was denied: releases must notify for the next minute
-	inserts       []int // requests whose execution row is written, in order
-	reclaims      []int64
-	completes     []int // release requests, in order
-	claims        []int // acquire requests whose schedule claim is written
-	notify        bool
-	outcomes      []outcome // one per request
+	inserts       []int // acquire requests whose execution row is written, in order
+	refClaims     []int // idempotent grants whose reference claim is written
+	reclaims      []term
+	legacyReclaim []int64   // holders of protocol 1 taken back
+	completes     []int     // release requests, in order
+	outcomes      []int16   // the end each completes[i] records
+	succeeded     []int     // idempotent releases that mark their claim succeeded
+	claims        []int     // acquire requests whose schedule claim is written
+	notify        bool      // a slot went back and someone waits
+	results       []outcome // one per request
 }
 
 // outcome is one request's result.
 type outcome struct {
 	acquire AcquireResult
 	release ReleaseResult
-	err     error   // the request's own error (bad settings); others were served
+	err     error   // the request's own error (bad settings, protocol); others were served
 	reclaim []int64 // the dead holders this acquire's grant or adjust took slots from
 }
 
-// nothingToWrite reports a plan whose transaction can be rolled back: no row changes, nobody
-// to mark as waiting.
-func (p txPlan) nothingToWrite(before string) bool {
-	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == before
+// nothingToWrite reports a plan whose task row needs no write: no row changes, nobody to mark
+// as waiting.
+func (p txPlan) nothingToWrite(st txState) bool {
+	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == st.tokens && p.holders == st.holders
 }
 
-// decide serves reqs on st exactly as if they ran one after another: every release first
-// (identity-checked Return), then every acquire in order (Adjust to its effective limit, Grant).
-// newID makes token ids. An error fails the whole transaction (a corrupted token list).
+// decide serves reqs (one task's) on st exactly as if they ran one after another: every release
+// first (identity-checked Return), then every acquire in order (Adjust to its effective limit,
+// Grant). newID makes token ids. An error fails the task's requests: a corrupted stored state, or
+// errNeedLegacy.
 func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) {
 	list, err := tokens.Parse(st.tokens)
 	if err != nil {
 		return txPlan{}, fmt.Errorf("task %s: stored token list: %w", taskNameOf(reqs), err)
 	}
-	d := decider{st: st, list: list, holders: copyHolders(st.holders), newID: newID,
-		plan:      txPlan{fence: st.fence, outcomes: make([]outcome, len(reqs))},
-		failedNow: map[int64]bool{}, grantedRefs: map[string]bool{}}
+	terms, err := parseTerms(st.holders)
+	if err != nil {
+		return txPlan{}, fmt.Errorf("task %s: stored holders: %w", taskNameOf(reqs), err)
+	}
+	d := decider{st: st, list: list, terms: map[int64]term{}, newID: newID,
+		plan: txPlan{fence: st.fence, results: make([]outcome, len(reqs))}, releasedOK: map[int64]bool{}, grantedRefs: map[string]bool{}}
+	for _, t := range terms {
+		d.terms[t.exec] = t
+		d.order = append(d.order, t.exec)
+	}
+	acquires := slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil })
+	if missing := d.missingTerms(); acquires && len(missing) > 0 && st.legacy == nil {
+		if st.blind {
+			return txPlan{}, errBlind
+		}
+		return txPlan{}, &errNeedLegacy{ids: missing} // only acquires judge liveness
+	}
 	for i, r := range reqs {
 		if r.release != nil {
 			d.release(i, r.release)
@@ -104,7 +166,12 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 			next++
 		}
 	}
+	d.settleTerms(acquires)
+	if d.tripped {
+		return txPlan{}, errBlind
+	}
 	d.plan.tokens = d.list.String()
+	d.plan.holders = formatTerms(d.termList())
 	d.plan.notify = d.freed && st.waiters
 	return d.plan, nil
 }
@@ -113,30 +180,78 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 type decider struct {
 	st          txState
 	list        tokens.List
-	holders     map[int64]holder
+	terms       map[int64]term
+	order       []int64 // terms in the order they were written or granted
 	newID       func() uuid.UUID
 	plan        txPlan
 	freed       bool            // a slot went back
-	failedNow   map[int64]bool  // executions completing as failed in this transaction
+	releasedOK  map[int64]bool  // released in this transaction: true when it succeeded
 	grantedRefs map[string]bool // idempotent references granted in this transaction
+	tripped     bool            // a blind decision needed liveness
 }
 
-func (d *decider) alive(id int64) bool { h, ok := d.holders[id]; return ok && h.alive }
+// missingTerms lists the grantees that have no terms.
+func (d *decider) missingTerms() []int64 {
+	var ids []int64
+	for _, id := range d.list.Grantees() {
+		if _, ok := d.terms[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// holderOf judges an execution that may hold a slot, on the DB clock under the lock.
+func (d *decider) holderOf(id int64) (holder, bool) {
+	if d.st.blind {
+		d.tripped = true
+		return holder{alive: true}, true // the safe answer; the decision is dropped anyway
+	}
+	if t, ok := d.terms[id]; ok {
+		in := t.expiresIn(d.st.nowUS, d.st.heartbeats[t.session])
+		return holder{alive: in >= 0, expiresIn: in}, true
+	}
+	h, ok := d.st.legacy[id]
+	return h, ok
+}
+
+func (d *decider) alive(id int64) bool { h, ok := d.holderOf(id); return ok && h.alive }
 
 func (d *decider) release(i int, r *ReleaseRequest) {
-	next, held := d.list.Return(r.TokenID, r.ExecutionID)
-	d.plan.outcomes[i].release.LeaseLost = !held
-	d.freed = d.freed || (held && !d.list.IsUnlimited())
-	d.list = next
-	delete(d.holders, r.ExecutionID) // it completes in this transaction
+	out := &d.plan.results[i].release
+	if r.Retry && d.st.blind {
+		d.tripped = true
+	}
+	if prior, ended := d.st.ended[r.ExecutionID]; ended {
+		// A retry whose earlier attempt committed (its answer was lost), or an execution
+		// reclaimed meanwhile: its end is recorded, nothing more to write.
+		out.LeaseLost = prior == endReclaimed
+		return
+	}
+	held := false
+	if d.list.IsUnlimited() {
+		_, held = d.terms[r.ExecutionID] // an unlimited task's holder holds while its terms do
+	} else {
+		d.list, held = d.list.Return(r.TokenID, r.ExecutionID)
+		d.freed = d.freed || held
+	}
+	d.dropTerm(r.ExecutionID)
+	end := r.outcome()
+	if !held {
+		end = endReclaimed // its reclaim wrote the end already; this one is not recorded
+	}
+	out.LeaseLost = !held
 	d.plan.completes = append(d.plan.completes, i)
-	if r.Failed {
-		d.failedNow[r.ExecutionID] = true
+	d.plan.outcomes = append(d.plan.outcomes, end)
+	ok := held && end == endCompleted
+	d.releasedOK[r.ExecutionID] = ok
+	if ok && r.Idempotent && r.ReferenceValue != nil {
+		d.plan.succeeded = append(d.plan.succeeded, i)
 	}
 }
 
 func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
-	out := &d.plan.outcomes[i]
+	out := &d.plan.results[i]
 	if d.st.protocol > ProtocolVersion {
 		out.err = fmt.Errorf("%w: the database runs grant protocol %d; this binary speaks protocol %d and must not grant by older rules: upgrade it (README: Upgrading)",
 			ErrUpgradeRequired, d.st.protocol, ProtocolVersion)
@@ -167,10 +282,12 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		return fmt.Errorf("task %s: %w", req.TaskName, err)
 	}
 	d.list = next
-	out.reclaim = append(out.reclaim, gone...)
+	for _, id := range gone {
+		out.reclaim = append(out.reclaim, d.reclaim(id))
+	}
 
 	var grant tokens.GrantResult
-	if ref := req.ReferenceValue; req.Idempotent && ref != nil && (d.grantedRefs[*ref] || anyNot(d.st.duplicates[*ref], d.failedNow)) {
+	if req.Idempotent && req.ReferenceValue != nil && d.duplicate(*req.ReferenceValue) {
 		res.Denied = DeniedDuplicate
 	} else if d.list, grant = d.list.Grant(execID, d.alive); !grant.Granted {
 		res.Denied = DeniedLimit
@@ -180,16 +297,20 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		d.plan.fence++
 		res.ExecutionID, res.Fence, res.TokenID = execID, d.plan.fence, grant.TokenID
 		if grant.Reclaimed != 0 {
-			out.reclaim = append(out.reclaim, grant.Reclaimed)
+			out.reclaim = append(out.reclaim, d.reclaim(grant.Reclaimed))
 		}
-		d.holders[execID] = holder{alive: true, expiresIn: res.Effective.Threshold()}
+		session := req.SessionID
+		if !res.Effective.KeepAlive() {
+			session = 0
+		}
+		d.addTerm(term{exec: execID, session: session, grantedUS: pendingUS, threshold: res.Effective.Threshold()})
 		if req.Idempotent && req.ReferenceValue != nil {
 			d.grantedRefs[*req.ReferenceValue] = true
+			d.plan.refClaims = append(d.plan.refClaims, i)
 		}
 	case res.Denied == DeniedLimit:
 		res.NextExpiry = d.nextExpiry()
 	}
-	d.plan.reclaims = append(d.plan.reclaims, out.reclaim...)
 	switch {
 	case res.Denied == NotDenied || req.RecordDenial:
 		res.ExecutionID = execID
@@ -203,6 +324,89 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	return nil
 }
 
+// duplicate reports whether an idempotent start with ref must be refused: an execution with it
+// succeeded, or runs (alive), or was granted or succeeded in this very transaction.
+func (d *decider) duplicate(ref string) bool {
+	if d.grantedRefs[ref] {
+		return true
+	}
+	if d.st.blind {
+		d.tripped = true
+		return true
+	}
+	c, ok := d.st.claims[ref]
+	switch {
+	case !ok:
+		return false
+	case c.succeeded:
+		return true
+	}
+	if ok, released := d.releasedOK[c.exec]; released {
+		return ok
+	}
+	return d.alive(c.exec)
+}
+
+// reclaim takes the slot of the dead holder id: its terms go, and the reclaim is written (with a
+// recheck of its session under lock, so a heartbeat that raced the decision wins).
+func (d *decider) reclaim(id int64) int64 {
+	if t, ok := d.terms[id]; ok {
+		d.plan.reclaims = append(d.plan.reclaims, t)
+		d.dropTerm(id)
+	} else {
+		d.plan.legacyReclaim = append(d.plan.legacyReclaim, id)
+	}
+	return id
+}
+
+func (d *decider) addTerm(t term) {
+	if _, ok := d.terms[t.exec]; !ok {
+		d.order = append(d.order, t.exec)
+	}
+	d.terms[t.exec] = t
+}
+
+func (d *decider) dropTerm(id int64) {
+	if _, ok := d.terms[id]; ok {
+		delete(d.terms, id)
+		d.order = slices.DeleteFunc(d.order, func(x int64) bool { return x == id })
+	}
+}
+
+// settleTerms keeps the terms that may still hold a slot: a limited list's grantees; for an
+// unlimited list, the live holders sharing its token (the dead ones are reclaimed, when the
+// transaction judges liveness: it has acquires).
+func (d *decider) settleTerms(judge bool) {
+	if d.list.IsUnlimited() {
+		if !judge {
+			return
+		}
+		for _, id := range slices.Clone(d.order) {
+			if !d.alive(id) {
+				d.reclaim(id)
+			}
+		}
+		return
+	}
+	granted := map[int64]bool{}
+	for _, id := range d.list.Grantees() {
+		granted[id] = true
+	}
+	for _, id := range slices.Clone(d.order) {
+		if !granted[id] {
+			d.dropTerm(id) // its token went with Adjust, which reported it
+		}
+	}
+}
+
+func (d *decider) termList() []term {
+	out := make([]term, len(d.order))
+	for i, id := range d.order {
+		out[i] = d.terms[id]
+	}
+	return out
+}
+
 // adoptable are the live executions that Adjust adopts when an unlimited (or new) list gets a
 // limit, in id order.
 func (d *decider) adoptable() []int64 {
@@ -210,12 +414,12 @@ func (d *decider) adoptable() []int64 {
 		return nil
 	}
 	var ids []int64
-	for id, h := range d.holders {
-		if h.alive {
+	for _, id := range d.order {
+		if d.alive(id) {
 			ids = append(ids, id)
 		}
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	slices.Sort(ids)
 	return ids
 }
 
@@ -223,29 +427,11 @@ func (d *decider) adoptable() []int64 {
 func (d *decider) nextExpiry() time.Duration {
 	var next time.Duration
 	for _, id := range d.list.Grantees() {
-		if h, ok := d.holders[id]; ok && h.alive && (next == 0 || h.expiresIn < next) {
+		if h, ok := d.holderOf(id); ok && h.alive && (next == 0 || h.expiresIn < next) {
 			next = max(h.expiresIn, time.Millisecond)
 		}
 	}
 	return next
-}
-
-func copyHolders(in map[int64]holder) map[int64]holder {
-	out := make(map[int64]holder, len(in)+1)
-	for id, h := range in {
-		out[id] = h
-	}
-	return out
-}
-
-// anyNot reports whether ids has an id not in except.
-func anyNot(ids []int64, except map[int64]bool) bool {
-	for _, id := range ids {
-		if !except[id] {
-			return true
-		}
-	}
-	return false
 }
 
 func taskNameOf(reqs []request) string {

@@ -2,7 +2,11 @@ package execution_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,29 +23,46 @@ import (
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
 
 type testBundle struct {
-	ctx    context.Context
-	pool   *pgxpool.Pool
-	url    string
-	store  *execution.Store
-	taskID int64
+	ctx     context.Context
+	pool    *pgxpool.Pool
+	url     string
+	store   *execution.Store
+	taskID  int64
+	session int64
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	pool, url := pgtest.NewDB(t)
-	b := &testBundle{ctx: context.Background(), pool: pool, url: url, store: execution.NewStore(pool, nil)}
+	return setupOn(t, pool, url, nil)
+}
+
+// setupOn makes a store (a process) with a session of its own on pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, url string, opts *execution.Options) *testBundle {
+	t.Helper()
+	b := &testBundle{ctx: context.Background(), pool: pool, url: url, store: execution.NewStore(pool, opts)}
 	var err error
 	b.taskID, err = b.store.EnsureTask(b.ctx, "app", "task")
+	require.NoError(t, err)
+	b.session, err = b.store.RegisterSession(b.ctx, "h")
 	require.NoError(t, err)
 	return b
 }
 
 func (b *testBundle) request(limit int) execution.AcquireRequest {
 	return execution.AcquireRequest{
-		TaskID: b.taskID, TaskName: "app/task", Host: "h", RecordDenial: true,
+		TaskID: b.taskID, TaskName: "app/task", Host: "h", SessionID: b.session, RecordDenial: true,
 		Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
 			KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second},
 	}
+}
+
+func (b *testBundle) acquire(t *testing.T, limit int) execution.AcquireResult {
+	t.Helper()
+	res, err := b.store.Acquire(b.ctx, b.request(limit))
+	require.NoError(t, err)
+	require.Equal(t, execution.NotDenied, res.Denied)
+	return res
 }
 
 func (b *testBundle) release(t *testing.T, res execution.AcquireResult) execution.ReleaseResult {
@@ -49,6 +70,16 @@ func (b *testBundle) release(t *testing.T, res execution.AcquireResult) executio
 	rel, err := b.store.Release(b.ctx, execution.ReleaseRequest{TaskID: b.taskID, TaskName: "app/task", ExecutionID: res.ExecutionID, TokenID: res.TokenID})
 	require.NoError(t, err)
 	return rel
+}
+
+// freeze makes every holder of the bundle's session dead: its last heartbeat and their grant
+// times an hour ago, as if its process had frozen then.
+func (b *testBundle) freeze(t *testing.T) {
+	t.Helper()
+	_, err := b.pool.Exec(b.ctx, `UPDATE taskling.session SET last_heartbeat = last_heartbeat - interval '1 hour' WHERE id = $1`, b.session)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.task_definition SET holders = regexp_replace(holders, 'A:[0-9]+', 'A:0', 'g')`)
+	require.NoError(t, err)
 }
 
 func TestConcurrentRequestsOfOneTaskAreCoalesced(t *testing.T) {
@@ -86,7 +117,8 @@ func TestConcurrentRequestsOfOneTaskAreCoalesced(t *testing.T) {
 	require.Equal(t, int64(2*goroutines*cycles), st.Operations)
 	require.Less(t, st.Transactions, st.Operations, "queued requests share transactions")
 	var fences, open int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(DISTINCT fence), count(*) FILTER (WHERE completed_at IS NULL) FROM taskling.task_execution`).Scan(&fences, &open))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(DISTINCT fence), count(*) FILTER (WHERE x.execution_id IS NULL)
+FROM taskling.task_execution e LEFT JOIN taskling.execution_end x ON x.execution_id = e.id`).Scan(&fences, &open))
 	require.Equal(t, goroutines*cycles, fences, "every grant has its own fencing token")
 	require.Zero(t, open)
 }
@@ -148,24 +180,25 @@ func TestReleaseIsIdentityChecked(t *testing.T) {
 	b := setup(t)
 	first, err := b.store.Acquire(b.ctx, b.request(1))
 	require.NoError(t, err)
-	// The first holder is reclaimed (here by hand: its row says it was).
-	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour' WHERE id = $1`, first.ExecutionID)
-	require.NoError(t, err)
-	second, err := b.store.Acquire(b.ctx, b.request(1))
+	// The first holder's process freezes; another process takes its slot.
+	b.freeze(t)
+	other := setupOn(t, b.pool, b.url, nil)
+	second, err := other.store.Acquire(b.ctx, other.request(1))
 	require.NoError(t, err)
 	require.Equal(t, execution.NotDenied, second.Denied)
 	require.Equal(t, []int64{first.ExecutionID}, second.Reclaimed)
+
+	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{first.ExecutionID})
+	require.NoError(t, err)
+	require.True(t, renewed)
+	require.Equal(t, map[int64]execution.Lost{first.ExecutionID: execution.Reclaimed}, lost, "a reclaimed execution learns it at its next heartbeat")
 
 	rel := b.release(t, first)
 	require.True(t, rel.LeaseLost)
 	third, err := b.store.Acquire(b.ctx, b.request(1))
 	require.NoError(t, err)
 	require.Equal(t, execution.DeniedLimit, third.Denied, "the reclaimed holder's release did not free the new holder's slot")
-
-	held, err := b.store.Heartbeat(b.ctx, first.ExecutionID)
-	require.NoError(t, err)
-	require.False(t, held, "a reclaimed execution cannot renew its lease")
-	require.False(t, b.release(t, second).LeaseLost)
+	require.False(t, other.release(t, second).LeaseLost)
 }
 
 // Each acquisition reports the reclaims it made, even when several were served by one
@@ -179,9 +212,9 @@ func TestEachAcquisitionReportsOnlyItsOwnReclaims(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, execution.NotDenied, res.Denied)
 	}
-	// Every holder dies.
-	_, err := b.pool.Exec(b.ctx, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour'`)
-	require.NoError(t, err)
+	// Every holder dies; another process takes the slots.
+	b.freeze(t)
+	b2 := setupOn(t, b.pool, b.url, nil)
 
 	var wg sync.WaitGroup
 	results := make([]execution.AcquireResult, n)
@@ -190,7 +223,7 @@ func TestEachAcquisitionReportsOnlyItsOwnReclaims(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i], errs[i] = b.store.Acquire(b.ctx, b.request(n))
+			results[i], errs[i] = b2.store.Acquire(b.ctx, b2.request(n))
 		}()
 	}
 	wg.Wait()
@@ -203,10 +236,243 @@ func TestEachAcquisitionReportsOnlyItsOwnReclaims(t *testing.T) {
 		}
 	}
 	var inDB int
-	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.task_execution WHERE reclaimed_at IS NOT NULL`).Scan(&inDB))
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.execution_end WHERE outcome = 3`).Scan(&inDB))
 	require.Equal(t, n, inDB)
 	require.Len(t, reported, n)
 	for id, times := range reported {
 		require.Equal(t, 1, times, "execution %d reported as reclaimed by %d acquisitions", id, times)
 	}
+}
+
+// TestUnrelatedTasksNeverAbortEachOtherUnderSerializable: two processes cycle through their own
+// tasks at SERIALIZABLE at the same time; a token transaction reads only its own task's rows (and
+// sessions, which only heartbeats write), so not one of them is retried. (Before protocol 2 they
+// read holders and references through index pages every task's inserts touch, and conflicted.)
+func TestUnrelatedTasksNeverAbortEachOtherUnderSerializable(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDB(t)
+	var bundles []*testBundle
+	for i := range 2 {
+		b := setupOn(t, pool, url, &execution.Options{Serializable: true})
+		var err error
+		b.taskID, err = b.store.EnsureTask(b.ctx, "app", fmt.Sprintf("task-%d", i))
+		require.NoError(t, err)
+		bundles = append(bundles, b)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, b := range bundles {
+		for range 4 {
+			wg.Go(func() {
+				for range 60 {
+					res, err := b.store.Acquire(b.ctx, b.request(4))
+					if err == nil && res.Denied != execution.NotDenied {
+						err = fmt.Errorf("denied: %v", res.Denied)
+					}
+					if err == nil {
+						_, err = b.store.Release(b.ctx, execution.ReleaseRequest{TaskID: b.taskID, TaskName: "app/task", ExecutionID: res.ExecutionID, TokenID: res.TokenID})
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for i, b := range bundles {
+		require.Zero(t, b.store.Stats().SerializationRetries, "process %d retried", i)
+		require.Positive(t, b.store.Stats().Transactions)
+	}
+}
+
+// TestEveryGrantReachesItsRequester: processes fill tasks' slots concurrently under SERIALIZABLE,
+// where transactions on the fast path lose their compare-and-swap and others are retried. Each
+// grant written must be the answer of exactly one request; found by the heartbeat benchmark, where
+// requests served on the fast path were served again by a retried transaction, and the first grant
+// — alive on its process's heartbeats, known to nobody — held its slot for good.
+func TestEveryGrantReachesItsRequester(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDB(t)
+	const processes, goroutines, tasks, limit = 3, 16, 6, 45
+	var mu sync.Mutex
+	returned := map[int64]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, processes*goroutines)
+	for range processes {
+		b := setupOn(t, pool, url, &execution.Options{Serializable: true})
+		ids := make([]int64, tasks)
+		for i := range ids {
+			var err error
+			ids[i], err = b.store.EnsureTask(b.ctx, "app", fmt.Sprintf("task-%d", i))
+			require.NoError(t, err)
+		}
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := g; i < tasks*limit/processes; i += goroutines {
+					req := b.request(limit)
+					req.TaskID = ids[i%tasks]
+					res, err := b.store.Acquire(b.ctx, req)
+					if err == nil && res.Denied != execution.NotDenied {
+						err = fmt.Errorf("denied: %v", res.Denied)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					returned[res.ExecutionID] = true
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	rows, err := pool.Query(context.Background(), `SELECT id FROM taskling.task_execution WHERE NOT blocked`)
+	require.NoError(t, err)
+	granted, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, granted, tasks*limit)
+	for _, id := range granted {
+		require.True(t, returned[id], "execution %d was granted but reached no requester", id)
+	}
+}
+
+// TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt: one heartbeat renews a process's
+// executions of two tasks; the one another process reclaimed meanwhile is reported lost, the
+// other lives on.
+func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other, err := b.store.EnsureTask(b.ctx, "app", "other")
+	require.NoError(t, err)
+	e1, err := b.store.Acquire(b.ctx, b.request(1))
+	require.NoError(t, err)
+	r2 := b.request(1)
+	r2.TaskID, r2.TaskName = other, "app/other"
+	e2, err := b.store.Acquire(b.ctx, r2)
+	require.NoError(t, err)
+	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID})
+	require.NoError(t, err)
+	require.True(t, renewed)
+	require.Empty(t, lost)
+
+	b.freeze(t) // the process stalls past the threshold: both are dead on the DB clock
+	thief := setupOn(t, b.pool, b.url, nil)
+	taken, err := thief.store.Acquire(b.ctx, thief.request(1)) // only app/task is requested
+	require.NoError(t, err)
+	require.Equal(t, []int64{e1.ExecutionID}, taken.Reclaimed)
+
+	lost, renewed, err = b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID})
+	require.NoError(t, err)
+	require.True(t, renewed)
+	require.Equal(t, map[int64]execution.Lost{e1.ExecutionID: execution.Reclaimed}, lost)
+	again, err := thief.store.Acquire(b.ctx, execution.AcquireRequest{TaskID: other, TaskName: "app/other", Host: "h", SessionID: thief.session,
+		RecordDenial: true, Declared: r2.Declared})
+	require.NoError(t, err)
+	require.Equal(t, execution.DeniedLimit, again.Denied, "the heartbeat renewed the unreclaimed one")
+}
+
+// TestGrantsOfProtocol1AreJudgedByTheirRows: a token granted before protocol 2 has no liveness
+// terms; its holder is judged by its own row (heartbeat column), and reclaimed through it.
+func TestGrantsOfProtocol1AreJudgedByTheirRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	insert := func(id int64, age string) {
+		_, err := b.pool.Exec(b.ctx, `INSERT INTO taskling.task_execution (id, task_id, started_at, last_keep_alive, host_name,
+death_mode, keep_alive_interval, keep_alive_death_threshold, token_id, fence, library_version)
+VALUES ($1, $2, now() - $3::interval, now() - $3::interval, 'old-host', 1, '1 second', '10 seconds', gen_random_uuid(), $1, '0.1.0')`, id, b.taskID, age)
+		require.NoError(t, err)
+	}
+	insert(900001, "1 hour")
+	insert(900002, "1 second")
+	_, err := b.pool.Exec(b.ctx, `UPDATE taskling.task_definition SET tokens = $2 WHERE id = $1`, b.taskID,
+		"I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:0,G:900001|I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f12,S:0,G:900002")
+	require.NoError(t, err)
+	res, err := b.store.Acquire(b.ctx, b.request(2))
+	require.NoError(t, err)
+	require.Equal(t, execution.NotDenied, res.Denied)
+	require.Equal(t, []int64{900001}, res.Reclaimed)
+	var reclaimed bool
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT reclaimed_at IS NOT NULL FROM taskling.task_execution WHERE id = 900001`).Scan(&reclaimed))
+	require.True(t, reclaimed, "a heartbeat of the old binary now fails its identity check")
+	res, err = b.store.Acquire(b.ctx, b.request(2))
+	require.NoError(t, err)
+	require.Equal(t, execution.DeniedLimit, res.Denied, "the live old holder keeps its slot")
+}
+
+// cutConn is a connection whose answers can be lost: once armed, the next write reaches the
+// server, and every read after it fails, as when the network drops between a COMMIT and its answer.
+type cutConn struct {
+	net.Conn
+	armed  *atomic.Bool
+	broken atomic.Bool
+}
+
+func (c *cutConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.armed.CompareAndSwap(true, false) {
+		c.broken.Store(true)
+	}
+	return n, err
+}
+
+func (c *cutConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.broken.Load() {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Err: errors.New("simulated loss of the connection")}
+	}
+	return n, err
+}
+
+// TestAGrantWhoseCommitAnswerIsLostIsGivenBack: the answer to a committed grant is lost. Nobody
+// knows of that execution, and its session's heartbeats would keep it alive for good: the process
+// gives it back at once.
+func TestAGrantWhoseCommitAnswerIsLostIsGivenBack(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDB(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	var armed atomic.Bool
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutConn{Conn: c, armed: &armed}, nil
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := setupOn(t, pool, url, nil)
+	for range 2 { // the process knows the task row, the fast path's statements are prepared
+		b.release(t, b.acquire(t, 1))
+	}
+
+	armed.Store(true)
+	res, err := b.store.Acquire(b.ctx, b.request(1))
+	var known int64
+	if err == nil && res.Denied == execution.NotDenied {
+		known = res.ExecutionID
+	}
+	require.Eventually(t, func() bool {
+		var open int
+		require.NoError(t, pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.task_execution e
+WHERE NOT e.blocked AND e.id <> $1 AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)`, known).Scan(&open))
+		return open == 0
+	}, 3*time.Second, 20*time.Millisecond, "the grant nobody got back is given back, long before its threshold (10 s)")
+	if known != 0 {
+		b.release(t, res)
+	}
+	b.release(t, b.acquire(t, 1))
 }

@@ -10,16 +10,31 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// statusSQL derives the status of execution e: in_progress, completed, failed, blocked or dead
-// (taskling.Status's values). A reclaimed execution is dead even if it later completed: its slot
-// was given to another while it may have been running.
-var statusSQL = `(CASE
+// executionFrom joins an execution (e) with its end (x) and its session (s).
+const executionFrom = `taskling.task_execution e
+    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    LEFT JOIN taskling.session s ON s.id = e.session_id`
+
+// statusSQL derives the status of execution e (executionFrom): in_progress, completed, failed,
+// blocked or dead (taskling.Status's values). A reclaimed execution is dead even if it later
+// completed: its slot was given to another while it may have been running.
+var statusSQL = fmt.Sprintf(`(CASE
     WHEN e.blocked THEN 'blocked'
-    WHEN e.reclaimed_at IS NOT NULL THEN 'dead'
+    WHEN e.reclaimed_at IS NOT NULL OR x.outcome = %d THEN 'dead'
+    WHEN x.outcome = %d OR (x.outcome IS NOT NULL AND e.failed) THEN 'failed'
+    WHEN x.outcome IS NOT NULL THEN 'completed'
     WHEN e.completed_at IS NOT NULL AND e.failed THEN 'failed'
     WHEN e.completed_at IS NOT NULL THEN 'completed'
-    WHEN ` + aliveSQL + ` THEN 'in_progress'
-    ELSE 'dead' END)`
+    WHEN `+aliveSQL+` THEN 'in_progress'
+    ELSE 'dead' END)`, endReclaimed, endFailed)
+
+// Columns of an execution's end and liveness, for executionFrom.
+var (
+	completedAtSQL   = fmt.Sprintf(`(CASE WHEN e.blocked THEN e.completed_at WHEN x.outcome IN (%d, %d) THEN x.ended_at ELSE e.completed_at END)`, endCompleted, endFailed)
+	lastHeartbeatSQL = `(CASE WHEN x.execution_id IS NOT NULL THEN coalesce(x.last_heartbeat, e.last_keep_alive)
+        WHEN e.session_id IS NOT NULL THEN greatest(e.started_at, s.last_heartbeat) ELSE e.last_keep_alive END)`
+	reclaimedAtSQL = fmt.Sprintf(`coalesce(e.reclaimed_at, CASE WHEN x.outcome = %d THEN x.ended_at END)`, endReclaimed)
+)
 
 // ExecutionRow is one execution as the history queries return it.
 type ExecutionRow struct {
@@ -43,17 +58,18 @@ type ExecutionRow struct {
 	LibraryVersion string          `db:"library_version"`
 }
 
-var executionColumns = `e.id, e.task_id, ` + statusSQL + ` AS status, e.started_at, e.completed_at,
-    e.last_keep_alive, e.host_name, e.reference_value, e.header, e.failed, e.blocked,
-    e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for, e.reclaimed_at,
+var executionColumns = `e.id, e.task_id, ` + statusSQL + ` AS status, e.started_at, ` + completedAtSQL + ` AS completed_at,
+    ` + lastHeartbeatSQL + ` AS last_keep_alive, e.host_name, e.reference_value, e.header,
+    e.failed OR coalesce(x.outcome = ` + fmt.Sprint(endFailed) + `, false) AS failed, e.blocked,
+    e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for, ` + reclaimedAtSQL + ` AS reclaimed_at,
     e.library_version`
 
-// lastExecutionsSQL is served by task_execution_task_id_idx (task_id, id DESC).
+// lastExecutionsSQL is served by task_execution_task_started_idx (task_id, started_at DESC, id DESC).
 var lastExecutionsSQL = `
 SELECT ` + executionColumns + `
-FROM taskling.task_execution e
+FROM ` + executionFrom + `
 WHERE e.task_id = $1
-ORDER BY e.id DESC
+ORDER BY e.started_at DESC, e.id DESC
 LIMIT $2`
 
 // LastExecutions returns the task's last n executions, newest first.
@@ -66,7 +82,7 @@ func (s *Store) LastExecutions(ctx context.Context, taskID int64, n int) ([]Exec
 }
 
 var executionSQL = `SELECT ` + executionColumns + `, d.application_name, d.task_name
-FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+FROM ` + executionFrom + ` JOIN taskling.task_definition d ON d.id = e.task_id
 WHERE e.id = $1`
 
 // ExecutionOfTask is an execution with the names of its task.
@@ -96,10 +112,31 @@ type Event struct {
 	OccurredAt time.Time
 }
 
+// eventsSQL returns an execution's events in order: the stored ones (checkpoints and errors;
+// and, for executions of protocol 1, their start, blocked and end events) and, for the others,
+// the start, blocked and end their row and end record say. (Those are not stored twice.)
+var eventsSQL = fmt.Sprintf(`
+WITH ex AS (
+    SELECT e.id, e.started_at, e.blocked, e.blocked_reason, e.completed_at, x.ended_at, x.outcome,
+           NOT EXISTS (SELECT 1 FROM taskling.task_execution_event v
+                       WHERE v.execution_id = e.id AND v.event_type IN (%[1]d, %[2]d, %[3]d)) AS derived
+    FROM taskling.task_execution e LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    WHERE e.id = $1
+)
+SELECT type, message, at FROM (
+    SELECT event_type AS type, coalesce(message, '') AS message, occurred_at AS at, id AS ord
+    FROM taskling.task_execution_event WHERE execution_id = $1
+    UNION ALL SELECT %[1]d, '', started_at, -3 FROM ex WHERE derived
+    UNION ALL SELECT %[2]d, coalesce(blocked_reason, ''), started_at, -2 FROM ex WHERE derived AND blocked
+    UNION ALL SELECT %[3]d, CASE outcome WHEN %[4]d THEN 'slot reclaimed: judged dead on the database clock' ELSE '' END,
+                     coalesce(ended_at, completed_at), 9223372036854775807
+              FROM ex WHERE derived AND coalesce(ended_at, completed_at) IS NOT NULL
+) v
+ORDER BY at, ord`, eventStart, eventBlocked, eventEnd, endReclaimed)
+
 // Events returns an execution's events in the order they happened.
 func (s *Store) Events(ctx context.Context, executionID int64) ([]Event, error) {
-	rows, err := s.pool.Query(ctx,
-		`SELECT event_type, coalesce(message, ''), occurred_at FROM taskling.task_execution_event WHERE execution_id = $1 ORDER BY id`, executionID)
+	rows, err := s.pool.Query(ctx, eventsSQL, executionID)
 	if err != nil {
 		return nil, fmt.Errorf("execution: events of execution %d: %w", executionID, err)
 	}

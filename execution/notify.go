@@ -131,7 +131,7 @@ func (n *Notifier) run() {
 // and why it stopped.
 func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	conn, err := n.connect(cctx)
+	conn, err := connectLike(cctx, n.pool)
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("connect to LISTEN: %w", err)
@@ -156,10 +156,10 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	}
 }
 
-// connect opens a connection as the pool would, running its BeforeConnect and AfterConnect hooks
+// connectLike opens a connection as pool would, running its BeforeConnect and AfterConnect hooks
 // (a hook may supply a rotating password, or set the session up).
-func (n *Notifier) connect(ctx context.Context) (*pgx.Conn, error) {
-	pc := n.pool.Config()
+func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
+	pc := pool.Config()
 	cfg := pc.ConnConfig.Copy()
 	if pc.BeforeConnect != nil {
 		if err := pc.BeforeConnect(ctx, cfg); err != nil {

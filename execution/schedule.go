@@ -167,7 +167,7 @@ func toArrays(events []ScheduleEvent) eventArrays {
 }
 
 // queueClaim adds the claim's compare-and-set to the acquire transaction's second batch.
-func queueClaim(b *pgx.Batch, req AcquireRequest) {
+func queueClaim(b *txBatch, req AcquireRequest) {
 	a := toArrays(req.Schedule.Events)
 	b.Queue(claimScheduleSQL, req.TaskID, req.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details,
 		*req.ScheduledFor, req.Schedule.Expected)
@@ -285,7 +285,7 @@ FROM taskling.schedule_event WHERE task_id = $1 ORDER BY id DESC LIMIT $2`, task
 func (s *Store) ScheduledExecutions(ctx context.Context, taskID int64, from, to time.Time) ([]ExecutionRow, error) {
 	var out []ExecutionRow
 	err := pgxscan.Select(ctx, s.pool, &out, `SELECT `+executionColumns+`
-FROM taskling.task_execution e
+FROM `+executionFrom+`
 WHERE e.task_id = $1 AND e.scheduled_for BETWEEN $2 AND $3
 ORDER BY e.scheduled_for`, taskID, from, to)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +32,12 @@ type Store struct {
 	pool *pgxpool.Pool
 	opts Options
 
-	// Per-task combiners: one process's own token operations on a task are served together, so
-	// cross-host contention is per host, not per goroutine.
-	locksMu   sync.Mutex
-	combiners map[int64]*combiner
+	// comb combines this process's token operations (combine.go).
+	comb combiner
+	// cache holds task rows for the fast path (fast.go).
+	cache rowCache
+	// hb is the heartbeats' connection (session.go).
+	hb heartbeatConn
 
 	retries      atomic.Int64
 	transactions atomic.Int64
@@ -57,10 +58,11 @@ type Stats struct {
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool, opts *Options) *Store {
-	s := &Store{pool: pool, combiners: map[int64]*combiner{}}
+	s := &Store{pool: pool}
 	if opts != nil {
 		s.opts = *opts
 	}
+	s.comb.serializable = s.opts.Serializable
 	return s
 }
 
@@ -100,7 +102,7 @@ func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx *txCo
 		return err
 	}
 	defer conn.Release()
-	tx := &txConn{conn: conn.Conn(), beginStmt: s.opts.beginSQL()}
+	tx := &txConn{conn: conn.Conn(), beginStmt: s.opts.beginSQL(), serializable: s.opts.Serializable}
 	err = fn(ctx, tx)
 	if err != nil && tx.open {
 		// The transaction is open (or aborted): end it so the connection goes back clean. If that

@@ -56,8 +56,15 @@ type LastExecution struct {
 	StartedAt time.Time
 }
 
-// summarySQL reads the task rows with their possible holders (served by
-// task_execution_holders_idx) and their newest execution (task_execution_task_id_idx).
+// holdsSQL tells whether execution e (executionFrom) still holds a slot: not ended, and alive.
+var holdsSQL = `(x.execution_id IS NULL AND e.completed_at IS NULL AND e.reclaimed_at IS NULL AND NOT e.blocked AND ` + aliveSQL + `)`
+
+// possibleHoldersSQL lists the ids of the executions that may hold a slot of task d: the token
+// list's grantees and the executions the holders column names (an unlimited task's holders).
+const possibleHoldersSQL = `(SELECT m[1]::bigint FROM regexp_matches(d.tokens || '|' || d.holders, '(?:G|E):([0-9]+)', 'g') m)`
+
+// summarySQL reads the task rows with the liveness of their possible holders (by primary key)
+// and their newest execution (task_execution_task_started_idx).
 var summarySQL = `
 SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
@@ -66,14 +73,13 @@ SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     l.id, l.status, l.started_at
 FROM taskling.task_definition d
 LEFT JOIN LATERAL (
-    SELECT array_agg(id ORDER BY id) AS ids, array_agg(alive ORDER BY id) AS alive
-    FROM (SELECT e.id, ` + aliveSQL + ` AS alive
-          FROM taskling.task_execution e
-          WHERE e.task_id = d.id AND ` + mayHoldSQL + `) x
+    SELECT array_agg(e.id ORDER BY e.id) AS ids, array_agg(` + holdsSQL + ` ORDER BY e.id) AS alive
+    FROM ` + executionFrom + `
+    WHERE e.id IN ` + possibleHoldersSQL + `
 ) h ON true
 LEFT JOIN LATERAL (
     SELECT e.id, ` + statusSQL + ` AS status, e.started_at
-    FROM taskling.task_execution e WHERE e.task_id = d.id ORDER BY e.id DESC LIMIT 1
+    FROM ` + executionFrom + ` WHERE e.task_id = d.id ORDER BY e.started_at DESC, e.id DESC LIMIT 1
 ) l ON true`
 
 // ListTasks returns every task (of application app, unless app is ""), ordered by application
@@ -191,12 +197,11 @@ type Holder struct {
 }
 
 var holderSQL = `
-SELECT e.id, e.host_name, e.started_at, e.last_keep_alive,
-    (extract(epoch FROM clock_timestamp() - e.last_keep_alive) * 1000000)::bigint,
-    e.completed_at IS NULL AND e.reclaimed_at IS NULL AND ` + aliveSQL + `,
-    coalesce(e.fence, 0), coalesce(e.items_done, 0), coalesce(e.items_total, 0)
-FROM taskling.task_execution e
-WHERE e.id = ANY($1) OR (e.task_id = $2 AND $3 AND ` + mayHoldSQL + `)
+SELECT e.id, e.host_name, e.started_at, ` + lastHeartbeatSQL + `,
+    (extract(epoch FROM clock_timestamp() - ` + lastHeartbeatSQL + `) * 1000000)::bigint,
+    ` + holdsSQL + `, coalesce(e.fence, 0), coalesce(e.items_done, 0), coalesce(e.items_total, 0)
+FROM ` + executionFrom + `
+WHERE e.id = ANY($1)
 ORDER BY e.id`
 
 // TaskSlots returns the slots of a task with their holders, in token-list order (for an
@@ -205,8 +210,8 @@ ORDER BY e.id`
 func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 	var out []Slot
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var text string
-		if err := tx.QueryRow(ctx, `SELECT tokens FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text); err != nil {
+		var text, holdersText string
+		if err := tx.QueryRow(ctx, `SELECT tokens, holders FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text, &holdersText); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return nil
 			}
@@ -216,8 +221,19 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 		if err != nil {
 			return fmt.Errorf("stored token list: %w", err)
 		}
+		terms, err := parseTerms(holdersText)
+		if err != nil {
+			return fmt.Errorf("stored holders: %w", err)
+		}
 		unlimited := list.IsUnlimited()
-		rows, err := tx.Query(ctx, holderSQL, list.Grantees(), taskID, unlimited)
+		ids := list.Grantees()
+		if unlimited {
+			ids = ids[:0]
+			for _, t := range terms {
+				ids = append(ids, t.exec)
+			}
+		}
+		rows, err := tx.Query(ctx, holderSQL, ids)
 		if err != nil {
 			return err
 		}
@@ -274,16 +290,18 @@ type ExecutionsQuery struct {
 	Limit    int
 }
 
-// executionsPageSQL walks task_execution_task_id_idx (task_id, id DESC) from the cursor; the
-// status filter is applied to the rows it walks, since the status is derived.
+// executionsPageSQL walks task_execution_task_started_idx (task_id, started_at DESC, id DESC)
+// from the cursor (the execution $2, a page's last); the status filter is applied to the rows it
+// walks, since the status is derived.
 var executionsPageSQL = `
 SELECT * FROM (
     SELECT ` + executionColumns + `
-    FROM taskling.task_execution e
-    WHERE e.task_id = $1 AND ($2 = 0 OR e.id < $2)
-) x
-WHERE ($3 = '' OR x.status = $3)
-ORDER BY x.id DESC
+    FROM ` + executionFrom + `
+    WHERE e.task_id = $1 AND ($2 = 0 OR (e.started_at, e.id) <
+        (SELECT c.started_at, c.id FROM taskling.task_execution c WHERE c.id = $2))
+) page
+WHERE ($3 = '' OR page.status = $3)
+ORDER BY page.started_at DESC, page.id DESC
 LIMIT $4`
 
 // Executions returns a page of a task's executions, newest first, and whether more follow.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,211 +12,473 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// tokenTx is one token transaction on a task, serving a batch of acquires and releases in two
-// round trips: readState (round trip 1: BEGIN, write the task row — which takes its lock and
-// reserves execution ids — then read the holders' liveness and duplicate references under it),
-// decide (pure), writePlan (round trip 2: the token list and fence, executions and events,
-// reclaims, completions, schedule claims, a notification; COMMIT).
+// tokenTx is one token transaction serving a batch of acquires and releases of one or more tasks
+// in two round trips: readState (round trip 1: BEGIN, write the task rows — which takes their
+// locks, in id order — then read what the decisions need under them), decide (pure, per task),
+// writePlans (round trip 2: token lists and holders, executions, claims, reclaims, ends, schedule
+// claims, notifications; COMMIT).
 //
-// It sets each op's outcome; it returns an error when the whole transaction failed, errRollback
-// when there was nothing to write.
-func (s *Store) tokenTx(ctx context.Context, tx *txConn, taskID int64, ops []*op) error {
-	reqs := make([]request, len(ops))
-	for i, o := range ops {
-		reqs[i] = o.request
+// legacy names grantees without liveness terms whose rows must be read. It sets each op's
+// outcome (or its own failure: a task whose stored state is corrupted fails only its ops); it
+// returns an error when the whole transaction failed, errRollback when there was nothing to
+// write.
+func (s *Store) tokenTx(ctx context.Context, tx *txConn, ops []*op, legacy map[int64]bool) error {
+	tasks := map[int64][]*op{}
+	for _, o := range ops {
+		tasks[o.taskID()] = append(tasks[o.taskID()], o)
 	}
-	st, err := s.readState(ctx, tx, taskID, reqs)
+	states, err := s.readState(ctx, tx, tasks, legacy)
 	if err != nil {
 		return err
 	}
-	plan, err := decide(st, reqs, uuid.New)
-	if err != nil {
-		return err
-	}
-	if plan.nothingToWrite(st.tokens) {
-		for i, o := range ops {
-			o.outcome = plan.outcomes[i]
+	plans := map[int64]*txPlan{}
+	var need []int64
+	for id, tops := range tasks {
+		st, ok := states[id]
+		if !ok {
+			failAll(tops, fmt.Errorf("task row %d is gone", id))
+			continue
 		}
+		plan, err := decide(st, requestsOf(tops), uuid.New)
+		var nl *errNeedLegacy
+		switch {
+		case errors.As(err, &nl):
+			need = append(need, nl.ids...)
+		case err != nil:
+			failAll(tops, err)
+		default:
+			plans[id] = &plan
+		}
+	}
+	if len(need) > 0 {
+		return &errNeedLegacy{ids: need}
+	}
+	write := false
+	for id, plan := range plans {
+		write = write || !plan.nothingToWrite(states[id])
+	}
+	if !write {
+		setOutcomes(tasks, plans)
 		return errRollback
 	}
-	if err := s.writePlan(ctx, tx, taskID, reqs, &plan); err != nil {
+	if err := s.writePlans(ctx, tx, tasks, states, plans); err != nil {
 		return err
 	}
-	for i, o := range ops {
-		o.outcome = plan.outcomes[i]
-		o.outcome.acquire.Reclaimed = plan.outcomes[i].reclaim // reported only once committed
+	setOutcomes(tasks, plans)
+	for id, plan := range plans {
+		for i, o := range tasks[id] {
+			o.outcome.acquire.Reclaimed = plan.results[i].reclaim // reported only once committed
+		}
 	}
 	return nil
 }
 
-// readState runs round trip 1. Each statement is queued with the code that reads its result, so
-// the order in which results are read cannot drift from the order in which they were queued.
-func (s *Store) readState(ctx context.Context, tx *txConn, taskID int64, reqs []request) (txState, error) {
-	st := txState{holders: map[int64]holder{}, duplicates: map[string][]int64{}}
+func requestsOf(ops []*op) []request {
+	reqs := make([]request, len(ops))
+	for i, o := range ops {
+		reqs[i] = o.request
+	}
+	return reqs
+}
+
+func setOutcomes(tasks map[int64][]*op, plans map[int64]*txPlan) {
+	for id, plan := range plans {
+		for i, o := range tasks[id] {
+			o.outcome = plan.results[i]
+		}
+	}
+}
+
+// readState runs round trip 1 for tasks. Each statement is queued with the code that reads its
+// result, so the order in which results are read cannot drift from the order in which they were
+// queued.
+func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op, legacy map[int64]bool) (map[int64]txState, error) {
+	ids := make([]int64, 0, len(tasks))
 	acquires := 0
+	var refTasks []int64
 	var refs []string
-	for _, r := range reqs {
-		if a := r.acquire; a != nil {
-			acquires++
-			if a.Idempotent && a.ReferenceValue != nil {
-				refs = append(refs, *a.ReferenceValue)
+	var retries []int64
+	for id, ops := range tasks {
+		ids = append(ids, id)
+		for _, o := range ops {
+			if a := o.acquire; a != nil {
+				acquires++
+				if a.Idempotent && a.ReferenceValue != nil {
+					refTasks, refs = append(refTasks, id), append(refs, *a.ReferenceValue)
+				}
+			} else if o.release.Retry {
+				retries = append(retries, o.release.ExecutionID)
 			}
 		}
 	}
+	slices.Sort(ids)
+	states := map[int64]txState{}
+	var reserved []int64
+	heartbeats := map[int64]int64{}
+	claims := map[int64]map[string]claim{}
+	ended := map[int64]int16{}
+	var legacyRows map[int64]holder
+
 	b := tx.begin()
-	found := false
-	b.Queue(lockTaskSQL, taskID).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			found = true
-			var reserved int64
-			var mode *int16
-			o := &st.overrides
-			if err := rows.Scan(&reserved, &st.tokens, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &mode, &o.KeepAliveInterval,
-				&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy, &st.waiters, &st.protocol); err != nil {
-				return err
-			}
-			o.DeathMode = mode
-			st.reserved = append(st.reserved, reserved)
-		}
-		return nil
+	b.Queue(lockTasksSQL, ids).Query(func(rows pgx.Rows) error {
+		return scanTaskRows(rows, func(r taskRow) {
+			states[r.id] = r.state
+			tx.see(r)
+		})
 	})
-	if acquires > 1 {
-		b.Queue(moreIDsSQL, acquires-1).Query(func(rows pgx.Rows) error {
-			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			st.reserved = append(st.reserved, ids...)
+	var nowUS int64
+	b.Queue(clockSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nowUS) })
+	if acquires > 0 {
+		n := acquires
+		if s.cache.lowOnIDs() {
+			n += reserveAhead
+		}
+		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
+			var err error
+			reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			tx.reservedAhead = reserved[min(acquires, len(reserved)):]
 			return err
 		})
+		b.Queue(sessionsSQL, ids).Query(func(rows pgx.Rows) error {
+			return scanInt64Pairs(rows, func(id, us int64) { heartbeats[id] = us })
+		})
 	}
-	if acquires > 0 { // releases need no liveness: Return is identity-checked
-		b.Queue(holdersSQL, taskID).Query(func(rows pgx.Rows) error {
+	if len(refs) > 0 {
+		b.Queue(claimsSQL, refTasks, refs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var task int64
+				var ref string
+				var c claim
+				if err := rows.Scan(&task, &ref, &c.exec, &c.succeeded); err != nil {
+					return err
+				}
+				if claims[task] == nil {
+					claims[task] = map[string]claim{}
+				}
+				claims[task][ref] = c
+			}
+			return nil
+		})
+	}
+	if len(legacy) > 0 {
+		legacyRows = map[int64]holder{}
+		b.Queue(legacySQL, keys(legacy)).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id, expiresUS int64
 				var alive bool
 				if err := rows.Scan(&id, &alive, &expiresUS); err != nil {
 					return err
 				}
-				st.holders[id] = holder{alive: alive, expiresIn: time.Duration(expiresUS) * time.Microsecond}
+				legacyRows[id] = holder{alive: alive, expiresIn: time.Duration(expiresUS) * time.Microsecond}
 			}
 			return nil
 		})
 	}
-	if len(refs) > 0 {
-		b.Queue(duplicatesSQL, taskID, refs).Query(func(rows pgx.Rows) error {
+	if len(retries) > 0 {
+		b.Queue(endedSQL, retries).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
-				var ref string
-				if err := rows.Scan(&id, &ref); err != nil {
+				var outcome int16
+				if err := rows.Scan(&id, &outcome); err != nil {
 					return err
 				}
-				st.duplicates[ref] = append(st.duplicates[ref], id)
+				ended[id] = outcome
 			}
 			return nil
 		})
 	}
 	if err := tx.send(ctx, b); err != nil {
-		return st, err
+		return nil, err
 	}
-	if !found {
-		return st, fmt.Errorf("task row %d is gone", taskID)
+	for _, id := range ids {
+		st, ok := states[id]
+		if !ok {
+			continue
+		}
+		for _, o := range tasks[id] {
+			if o.acquire != nil {
+				st.reserved = append(st.reserved, reserved[0])
+				reserved = reserved[1:]
+			}
+		}
+		st.nowUS, st.heartbeats, st.claims, st.ended = nowUS, heartbeats, claims[id], ended
+		if legacyRows != nil {
+			st.legacy = legacyRows
+		} else if len(legacy) == 0 {
+			st.legacy = nil
+		}
+		states[id] = st
 	}
-	return st, nil
+	return states, nil
 }
 
-// writePlan runs round trip 2 and fills in what only the database knows (start times), then
+func keys(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// writePlans runs round trip 2 and fills in what only the database knows (start times), then
 // commits.
-func (s *Store) writePlan(ctx context.Context, tx *txConn, taskID int64, reqs []request, plan *txPlan) error {
-	b := &pgx.Batch{}
-	b.Queue(updateTokensSQL, taskID, plan.tokens, plan.fence, plan.declaredLimit, plan.declaredBy, plan.markWaiting)
-	if len(plan.inserts) > 0 {
-		w := s.executionRows(reqs, plan)
-		b.Queue(insertExecutionsSQL, w.args(taskID, s.opts.LibraryVersion)...).Query(func(rows pgx.Rows) error {
-			startedAt := map[int64]time.Time{}
-			for rows.Next() {
-				var id int64
-				var at time.Time
-				if err := rows.Scan(&id, &at); err != nil {
-					return err
-				}
-				startedAt[id] = at
-			}
-			for _, i := range plan.inserts {
-				res := &plan.outcomes[i].acquire
-				res.StartedAt = startedAt[res.ExecutionID]
-			}
-			return nil
-		})
-		b.Queue(insertEventsSQL, w.eventExec, w.eventType, w.eventMsg)
+func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*op, states map[int64]txState, plans map[int64]*txPlan) error {
+	var w planWrites
+	ids := make([]int64, 0, len(plans))
+	for id := range plans {
+		ids = append(ids, id)
 	}
-	if len(plan.reclaims) > 0 {
-		b.Queue(reclaimSQL, plan.reclaims)
+	slices.Sort(ids)
+	for _, id := range ids {
+		w.add(id, requestsOf(tasks[id]), plans[id], states[id])
 	}
-	for _, i := range plan.claims {
-		queueClaim(b, *reqs[i].acquire)
+	b := tx.batch()
+	// Ends first, grants after: on the database clock a slot handed over in one transaction ends
+	// before its next holder starts, as decide served them.
+	if len(w.reclaimExecs) > 0 {
+		b.Queue(reclaimSQL, w.reclaimExecs, w.reclaimSessions, w.reclaimGranted, w.reclaimThresholds)
 	}
-	if len(plan.completes) > 0 {
-		ids, failed := make([]int64, len(plan.completes)), make([]bool, len(plan.completes))
-		byID := make(map[int64]*ReleaseResult, len(plan.completes))
-		for k, i := range plan.completes {
-			r := reqs[i].release
-			ids[k], failed[k] = r.ExecutionID, r.Failed
-			byID[r.ExecutionID] = &plan.outcomes[i].release
-		}
-		b.Queue(completeSQL, ids, failed).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id int64
-				var wasReclaimed bool
-				if err := rows.Scan(&id, &wasReclaimed); err != nil {
-					return err
-				}
-				if res := byID[id]; res != nil {
-					res.LeaseLost = res.LeaseLost || wasReclaimed
-				}
-			}
-			return nil
+	if len(w.legacyReclaims) > 0 {
+		b.Queue(legacyReclaimSQL, w.legacyReclaims)
+	}
+	if len(w.endExecs) > 0 {
+		b.Queue(endSQL, w.endExecs, w.endOutcomes)
+	}
+	if len(w.okTasks) > 0 {
+		b.Queue(succeededSQL, w.okTasks, w.okRefs, w.okExecs)
+	}
+	if len(w.taskIDs) > 0 {
+		b.Queue(updateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks).Query(func(rows pgx.Rows) error {
+			return scanTaskRows(rows, tx.see)
 		})
 	}
-	if plan.notify {
-		b.Queue(notifySQL, taskID)
+	if len(w.execs.ids) > 0 {
+		b.Queue(insertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
 	}
-	// A holder's lease is measured from here: the execution row's last_keep_alive is set by this
-	// round trip, so on the DB clock it is later than this instant. (Measuring from the first
-	// round trip would spend the lease on the wait for the row lock.)
+	if len(w.claimTasks) > 0 {
+		b.Queue(claimRefsSQL, w.claimTasks, w.claimRefs, w.claimExecs)
+	}
+	for _, req := range w.scheduleClaims {
+		queueClaim(b, *req)
+	}
+	if len(w.notify) > 0 {
+		b.Queue(notifySQL, w.notify)
+	}
+	// A holder's lease is measured from here: its grant time is set by this round trip, so on the
+	// DB clock it is later than this instant. (Measuring from the first round trip would spend the
+	// lease on the wait for the row lock.)
+	tx.granted = w.orphans
 	sentAt := time.Now()
-	for i, r := range reqs {
-		if r.acquire != nil {
-			plan.outcomes[i].acquire.SentAt = sentAt
-		}
+	for _, res := range w.granted {
+		res.SentAt = sentAt
 	}
 	return tx.commit(ctx, b)
+}
+
+// readStartTimes reads the start times of the executions inserted.
+func (w *planWrites) readStartTimes(rows pgx.Rows) error {
+	startedAt := map[int64]time.Time{}
+	for rows.Next() {
+		var id int64
+		var at time.Time
+		if err := rows.Scan(&id, &at); err != nil {
+			return err
+		}
+		startedAt[id] = at
+	}
+	for _, res := range w.inserted {
+		res.StartedAt = startedAt[res.ExecutionID]
+	}
+	return rows.Err()
+}
+
+// planWrites collects the plans' writes as column arrays, one statement per kind.
+type planWrites struct {
+	taskIDs, fences []int64
+	tokens, holders []string
+	declaredLimits  []*int
+	declaredBys     []*string
+	marks           []bool
+
+	execs    executionRows
+	inserted []*AcquireResult
+	granted  []*AcquireResult
+
+	claimTasks, claimExecs []int64
+	claimRefs              []string
+
+	reclaimExecs, reclaimSessions, reclaimGranted, reclaimThresholds []int64
+	legacyReclaims                                                   []int64
+
+	endExecs, endTasks []int64
+	endOutcomes        []int16
+	// orphans release the grants written, should the commit's outcome be unknown.
+	orphans []ReleaseRequest
+
+	okTasks, okExecs []int64
+	okRefs           []string
+
+	scheduleClaims []*AcquireRequest
+	notify         []int64
+}
+
+func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState) {
+	if !plan.nothingToWrite(st) {
+		w.taskIDs = append(w.taskIDs, taskID)
+		w.tokens, w.holders, w.fences = append(w.tokens, plan.tokens), append(w.holders, plan.holders), append(w.fences, plan.fence)
+		w.declaredLimits, w.declaredBys = append(w.declaredLimits, plan.declaredLimit), append(w.declaredBys, plan.declaredBy)
+		w.marks = append(w.marks, plan.markWaiting)
+	}
+	for i, r := range reqs {
+		if r.acquire != nil {
+			w.granted = append(w.granted, &plan.results[i].acquire)
+		}
+	}
+	for _, i := range plan.inserts {
+		res := &plan.results[i].acquire
+		w.execs.add(reqs[i].acquire, res)
+		w.inserted = append(w.inserted, res)
+		if res.Denied == NotDenied {
+			a := reqs[i].acquire
+			w.orphans = append(w.orphans, ReleaseRequest{TaskID: taskID, TaskName: a.TaskName, ExecutionID: res.ExecutionID,
+				TokenID: res.TokenID, Retry: true, Failed: true})
+		}
+	}
+	for _, i := range plan.refClaims {
+		a := reqs[i].acquire
+		w.claimTasks, w.claimRefs, w.claimExecs = append(w.claimTasks, taskID), append(w.claimRefs, *a.ReferenceValue), append(w.claimExecs, plan.results[i].acquire.ExecutionID)
+	}
+	for _, t := range plan.reclaims {
+		w.reclaimExecs, w.reclaimSessions = append(w.reclaimExecs, t.exec), append(w.reclaimSessions, t.session)
+		w.reclaimGranted, w.reclaimThresholds = append(w.reclaimGranted, t.grantedUS), append(w.reclaimThresholds, t.threshold.Microseconds())
+	}
+	w.legacyReclaims = append(w.legacyReclaims, plan.legacyReclaim...)
+	for k, i := range plan.completes {
+		if plan.outcomes[k] != endReclaimed { // a reclaim recorded that end already
+			w.endExecs, w.endOutcomes = append(w.endExecs, reqs[i].release.ExecutionID), append(w.endOutcomes, plan.outcomes[k])
+			w.endTasks = append(w.endTasks, taskID)
+		}
+	}
+	for _, i := range plan.succeeded {
+		r := reqs[i].release
+		w.okTasks, w.okRefs, w.okExecs = append(w.okTasks, taskID), append(w.okRefs, *r.ReferenceValue), append(w.okExecs, r.ExecutionID)
+	}
+	for _, i := range plan.claims {
+		w.scheduleClaims = append(w.scheduleClaims, reqs[i].acquire)
+	}
+	if plan.notify {
+		w.notify = append(w.notify, taskID)
+	}
 }
 
 // txConn sends the two batches of one token transaction: the first carries BEGIN, the last
 // COMMIT.
 type txConn struct {
-	conn      *pgx.Conn
-	beginStmt string
-	open      bool
+	conn         *pgx.Conn
+	beginStmt    string
+	serializable bool
+	open         bool
+	// committing: the batch with COMMIT was sent; if its answer is lost, the transaction may
+	// have committed.
+	committing bool
+	// seen are the task rows the transaction read or wrote, as they are once it committed.
+	seen map[int64]taskRow
+	// granted are the grants the transaction writes: if its commit's outcome is unknown, they
+	// must be given back (see Store.releaseOrphans).
+	granted []ReleaseRequest
+	// reservedAhead are execution ids reserved for later fast acquisitions.
+	reservedAhead []int64
 }
 
-// begin returns the first batch: BEGIN and the idle timeout.
-func (t *txConn) begin() *pgx.Batch {
-	b := &pgx.Batch{}
+// taskRow is a task row as the token logic reads it (taskRowSQL).
+type taskRow struct {
+	id    int64
+	state txState
+	block int64  // the heap page of the row version
+	xmin  string // the transaction that wrote the row version
+}
+
+func (t *txConn) see(r taskRow) {
+	if t.seen == nil {
+		t.seen = map[int64]taskRow{}
+	}
+	t.seen[r.id] = r
+}
+
+// scanTaskRows reads rows of taskRowSQL.
+func scanTaskRows(rows pgx.Rows, fn func(taskRow)) error {
+	for rows.Next() {
+		var r taskRow
+		st := &r.state
+		o := &st.overrides
+		if err := rows.Scan(&r.id, &st.tokens, &st.holders, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &o.DeathMode,
+			&o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy,
+			&st.waiters, &st.protocol, &r.block, &r.xmin); err != nil {
+			return err
+		}
+		fn(r)
+	}
+	return rows.Err()
+}
+
+// txBatch is a batch of a token transaction. Under SERIALIZABLE its statements carry a prefix, so
+// that a connection's cached generic plans (chosen with sequential scans allowed) are never
+// reused by transactions that rule them out.
+type txBatch struct {
+	pgx.Batch
+	prefix string
+}
+
+func (b *txBatch) Queue(sql string, args ...any) *pgx.QueuedQuery {
+	return b.Batch.Queue(b.prefix+sql, args...)
+}
+
+func (t *txConn) batch() *txBatch {
+	if t.serializable {
+		return &txBatch{prefix: "/* serializable */ "}
+	}
+	return &txBatch{}
+}
+
+// begin returns the first batch: BEGIN and the transaction's settings.
+func (t *txConn) begin() *txBatch {
+	b := t.batch()
 	b.Queue(t.beginStmt)
-	// A client cut off between the two round trips would otherwise keep the task row locked until
-	// its socket dies (TCP keepalive: hours). The server ends such a session instead.
-	b.Queue(idleTimeoutSQL)
+	if t.serializable {
+		b.Queue(serializableSettingsSQL)
+	} else {
+		b.Queue(settingsSQL)
+	}
 	return b
 }
 
+// settingsSQL sets, for the transaction:
+//   - an idle timeout: a client cut off between the two round trips would otherwise keep the task
+//     rows locked until its socket dies (TCP keepalive: hours); the server ends such a session;
+//   - generic plans: the token statements are planned once per connection, not at every call
+//     (planning them cost more than running them).
+var settingsSQL = fmt.Sprintf(`SELECT set_config('idle_in_transaction_session_timeout', '%d', true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)`, idleInTransactionTimeout.Milliseconds())
+
+// serializableSettingsSQL adds, under SERIALIZABLE: no sequential scans, which take a predicate
+// lock on the whole table that any write of an unrelated task would conflict with (index scans
+// lock only what they read; the planner picks sequential scans for small tables); and no JIT
+// compilation, which the cost of a ruled-out plan would otherwise trigger (tens of milliseconds a
+// statement).
+var serializableSettingsSQL = settingsSQL + `,
+    set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
+
 // send sends b, runs each queued statement's reader, and returns the first error.
-func (t *txConn) send(ctx context.Context, b *pgx.Batch) error {
+func (t *txConn) send(ctx context.Context, b *txBatch) error {
 	t.open = true
-	return t.conn.SendBatch(ctx, b).Close()
+	return t.conn.SendBatch(ctx, &b.Batch).Close()
 }
 
 // commit sends b plus COMMIT; the transaction is over once it returns nil.
-func (t *txConn) commit(ctx context.Context, b *pgx.Batch) error {
+func (t *txConn) commit(ctx context.Context, b *txBatch) error {
 	b.Queue("COMMIT")
+	t.committing = true
 	if err := t.send(ctx, b); err != nil {
 		return err
 	}
@@ -223,11 +486,9 @@ func (t *txConn) commit(ctx context.Context, b *pgx.Batch) error {
 	return nil
 }
 
-// idleInTransactionTimeout bounds how long a token transaction may sit idle between its two round
-// trips before the server ends its session, releasing the task row's lock.
+// idleInTransactionTimeout bounds how long a token transaction may sit idle between its two
+// round trips before the server ends its session, releasing the task rows' locks.
 const idleInTransactionTimeout = 5 * time.Second
-
-var idleTimeoutSQL = fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", idleInTransactionTimeout.Milliseconds())
 
 // errRollback ends a transaction that must write nothing; Acquire turns it into a result.
 var errRollback = errors.New("rollback")

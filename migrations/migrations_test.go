@@ -173,7 +173,7 @@ func TestProtocolUpgradeKeepsExistingTasks(t *testing.T) {
 	_, err := pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name, tokens, fence)
 VALUES ('a', 't', 'I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:1,G:0', 7)`)
 	require.NoError(t, err)
-	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.UpTo(ctx, pool, 4))
 	var version, fence int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT version FROM taskling.protocol), fence FROM taskling.task_definition`).Scan(&version, &fence))
 	require.Equal(t, 1, version)

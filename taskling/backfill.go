@@ -75,7 +75,11 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 			return ran, err
 		}
 		instant := t
-		req := execution.AcquireRequest{TaskID: r.taskID, TaskName: app + "/" + task, Host: c.host, Declared: declared, ScheduledFor: &instant}
+		session, err := c.hb.sessionID(ctx)
+		if err != nil {
+			return ran, err
+		}
+		req := execution.AcquireRequest{TaskID: r.taskID, TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared, ScheduledFor: &instant}
 		exec, err := c.claimWhenFree(ctx, app, task, req, settings)
 		if execution.IsScheduleConflict(err) {
 			continue // claimed meanwhile by another Backfill

@@ -74,7 +74,8 @@ type Client struct {
 
 	taskIDs sync.Map // "app\x00task" -> int64
 
-	sched scheduler // cron registrations (schedule.go)
+	sched scheduler    // cron registrations (schedule.go)
+	hb    *heartbeater // the session and its heartbeats (heartbeat.go)
 
 	testHooks struct {
 		claimDenied func() // a scheduler claim was denied for the limit (export_test.go)
@@ -82,7 +83,7 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	live      sync.WaitGroup // heartbeats of executions started by this client
+	live      sync.WaitGroup // the heartbeat loop
 }
 
 // NewClient returns a Client on pool. The schema must exist (migrations.Up).
@@ -126,7 +127,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		maxPoll = 2 * time.Second
 	}
 	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
-	return &Client{
+	c := &Client{
 		pool:  pool,
 		store: store,
 		notifier: execution.NewNotifier(pool, func(err error, retryIn time.Duration) {
@@ -139,11 +140,14 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		source:   cfg.Settings,
 		maxPoll:  maxPoll,
 		closed:   make(chan struct{}),
-	}, nil
+	}
+	c.hb = newHeartbeater(c)
+	return c, nil
 }
 
-// Close stops the client's listener and closes its connection. Executions already
-// started keep heartbeating until they complete: Close neither waits for them nor ends them. A
+// Close stops the client's listener and closes its connections (the heartbeats' once no execution
+// needs it). Executions already started keep heartbeating until they complete: Close neither
+// waits for them nor ends them. A
 // process that exits without completing its executions leaves their slots held until they are
 // judged dead, one death threshold after their last heartbeat: complete (or let Run complete)
 // every execution before exiting.
@@ -151,6 +155,7 @@ func (c *Client) Close() {
 	c.closeOnce.Do(func() {
 		close(c.closed)
 		c.notifier.Close()
+		c.hb.idle()
 	})
 }
 

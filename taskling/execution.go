@@ -26,6 +26,7 @@ type Execution struct {
 	app, task  string
 	taskID     int64
 	id         int64
+	session    int64 // the client's session it was granted under
 	tokenID    uuid.UUID
 	fence      int64
 	startedAt  time.Time
@@ -33,6 +34,8 @@ type Execution struct {
 	leaseTTL   time.Duration // threshold - safety margin
 	header     []byte
 	heartbeats bool
+	reference  *string
+	idempotent bool
 	// scheduledFor is the cron instant a scheduler run was claimed for (schedule.go).
 	scheduledFor time.Time
 
@@ -42,14 +45,13 @@ type Execution struct {
 	mu            sync.Mutex
 	leaseDeadline time.Time // local monotonic; the lease is lost once it passes
 	leaseTimer    *time.Timer
+	frozen        bool       // tests: no heartbeat extends the lease any more
 	completing    sync.Mutex // serializes Complete calls
 	completed     bool
 	completeErr   error
 
-	stopHeartbeat context.CancelFunc
-	heartbeatDone chan struct{}
-	// releasing is set while Complete runs: the heartbeat goes on (the release may wait behind
-	// other transactions on the task) but a heartbeat that finds the execution completed is then
+	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
+	// other transactions on the task) but a heartbeat that finds the execution ended is then
 	// expected, not a lost lease.
 	releasing atomic.Bool
 }
@@ -57,24 +59,19 @@ type Execution struct {
 func (c *Client) newExecution(app, task string, req execution.AcquireRequest, res execution.AcquireResult, declared TaskSettings, startCtx context.Context) *Execution {
 	threshold := res.Effective.Threshold()
 	e := &Execution{
-		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, tokenID: res.TokenID,
+		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, session: req.SessionID, tokenID: res.TokenID,
 		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, header: req.Header,
-		leaseTTL:      threshold - safetyMargin(declared, res.Effective),
-		heartbeats:    res.Effective.KeepAlive(),
-		heartbeatDone: make(chan struct{}),
+		leaseTTL:   threshold - safetyMargin(declared, res.Effective),
+		heartbeats: res.Effective.KeepAlive(),
+		reference:  req.ReferenceValue, idempotent: req.Idempotent,
 	}
 	// The work's context keeps the start context's values but not its deadline: an acquire
 	// timeout must not end the work.
 	e.ctx, e.cancel = context.WithCancelCause(context.WithoutCancel(startCtx))
 	e.leaseDeadline = res.SentAt.Add(e.leaseTTL)
 	e.leaseTimer = time.AfterFunc(time.Until(e.leaseDeadline), e.expireLease)
-	var hbCtx context.Context
-	hbCtx, e.stopHeartbeat = context.WithCancel(context.Background())
 	if e.heartbeats {
-		c.live.Add(1)
-		go e.heartbeat(hbCtx)
-	} else {
-		close(e.heartbeatDone)
+		c.hb.add(e)
 	}
 	return e
 }
@@ -141,11 +138,25 @@ func (e *Execution) Header(v any) error {
 // expireLease runs when the lease deadline passes, unless a heartbeat extended it meanwhile.
 func (e *Execution) expireLease() {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if time.Now().Before(e.leaseDeadline) || e.ctx.Err() != nil {
+		e.mu.Unlock()
 		return
 	}
 	e.c.log.Warn("taskling: lease lost: no successful heartbeat in time", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
+	e.c.hooks.leaseLost(e.app, e.task)
+	e.cancel(ErrLeaseLost)
+	e.mu.Unlock()
+	e.c.hb.remove(e)
+}
+
+// loseLease cancels the execution when a heartbeat found that it no longer holds its slot.
+func (e *Execution) loseLease(why string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx.Err() != nil {
+		return
+	}
+	e.c.log.Warn("taskling: lease lost: "+why, zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
 	e.c.hooks.leaseLost(e.app, e.task)
 	e.cancel(ErrLeaseLost)
 }
@@ -155,7 +166,7 @@ func (e *Execution) expireLease() {
 func (e *Execution) extendLease(sentAt time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ctx.Err() != nil || !sentAt.Before(e.leaseDeadline) {
+	if e.ctx.Err() != nil || e.frozen || !sentAt.Before(e.leaseDeadline) {
 		return
 	}
 	if d := sentAt.Add(e.leaseTTL); d.After(e.leaseDeadline) {
@@ -164,65 +175,16 @@ func (e *Execution) extendLease(sentAt time.Time) {
 	}
 }
 
+func (e *Execution) freeze() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.frozen = true
+}
+
 func (e *Execution) deadline() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.leaseDeadline
-}
-
-// heartbeat renews the lease every KeepAliveInterval. A failed heartbeat is retried with a short
-// backoff (a transient error must not kill a healthy holder); it stops on Complete, on lease loss
-// or when a heartbeat finds the execution reclaimed.
-func (e *Execution) heartbeat(ctx context.Context) {
-	defer e.c.live.Done()
-	defer close(e.heartbeatDone)
-	interval := e.settings.KeepAliveInterval
-	timer := time.NewTimer(interval)
-	defer timer.Stop()
-	failures := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-e.ctx.Done():
-			return
-		case <-timer.C:
-		}
-		sentAt := time.Now()
-		deadline := e.deadline()
-		if !sentAt.Before(deadline) {
-			e.expireLease()
-			return
-		}
-		hctx, cancel := context.WithDeadline(ctx, deadline)
-		held, err := e.c.store.Heartbeat(hctx, e.id)
-		cancel()
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			e.c.hooks.heartbeatFailed(e.app, e.task)
-			e.c.log.Warn("taskling: heartbeat failed; retrying", zap.Int64("execution", e.id), zap.Int("failures", failures), zap.Error(err))
-			timer.Reset(backoff.Delay(failures, 50*time.Millisecond, interval))
-		case !held && e.releasing.Load():
-			return
-		case !held:
-			e.mu.Lock()
-			if e.ctx.Err() == nil {
-				e.c.log.Warn("taskling: lease lost: execution was reclaimed", zap.Int64("execution", e.id), zap.String("task", e.app+"/"+e.task))
-				e.c.hooks.leaseLost(e.app, e.task)
-				e.cancel(ErrLeaseLost)
-			}
-			e.mu.Unlock()
-			return
-		default:
-			failures = 0
-			e.extendLease(sentAt)
-			timer.Reset(interval)
-		}
-	}
 }
 
 // Complete returns the slot and records the execution as completed. It is idempotent: later
@@ -241,7 +203,8 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	}
 	e.releasing.Store(true)
 	defer e.releasing.Store(false)
-	req := execution.ReleaseRequest{TaskID: e.taskID, TaskName: e.app + "/" + e.task, ExecutionID: e.id, TokenID: e.tokenID, Failed: failed}
+	req := execution.ReleaseRequest{TaskID: e.taskID, TaskName: e.app + "/" + e.task, ExecutionID: e.id, TokenID: e.tokenID,
+		Failed: failed, ReferenceValue: e.reference, Idempotent: e.idempotent}
 	var res execution.ReleaseResult
 	var err error
 	for attempt := 0; ; attempt++ {
@@ -249,20 +212,22 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 		if err == nil || ctx.Err() != nil || !execution.IsConnectionError(err) || time.Now().After(e.deadline()) {
 			break
 		}
+		// The answer was lost, not necessarily the release: the retry reads the recorded end
+		// first, so that it answers the same.
+		req.Retry = true
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff.Delay(attempt, 50*time.Millisecond, time.Second)):
 		}
 	}
-	e.stopHeartbeat()
-	<-e.heartbeatDone
+	e.c.hb.remove(e)
 	e.mu.Lock()
 	e.leaseTimer.Stop()
 	e.mu.Unlock()
 	e.cancel(nil) // no-op if the lease was lost first: the cause stays ErrLeaseLost
 	if err != nil {
-		// Not completed: a later Complete tries again; meanwhile the slot is reclaimed once the
-		// execution is judged dead.
+		// Not completed: a later Complete tries again; meanwhile, with no more heartbeats, the
+		// slot is reclaimed once the execution is judged dead.
 		return fmt.Errorf("taskling: complete execution %d: %w", e.id, err)
 	}
 	e.completed = true

@@ -2,19 +2,19 @@ package taskling
 
 import "time"
 
-// StopHeartbeatForTest stops the execution's heartbeat as if its process froze, leaving its slot
-// held, so tests can watch the slot being reclaimed.
-func (e *Execution) StopHeartbeatForTest() {
-	e.stopHeartbeat()
-	<-e.heartbeatDone
-}
+// StopHeartbeatForTest freezes the heartbeats of the execution's client, as if its process
+// froze: no heartbeat is sent or extends a lease any more, for this execution and every other of
+// the client (the database judges them all by the session's last heartbeat), leaving their slots
+// held, so tests can watch the slots being reclaimed.
+func (e *Execution) StopHeartbeatForTest() { e.c.hb.freeze() }
 
 // PassLeaseDeadlineForTest puts the execution where a process resumed after a pause past its
-// lease deadline is before its lease timer has run: heartbeat and timer stopped, deadline past.
+// lease deadline is before its lease timer has run: no heartbeat extends it, timer stopped,
+// deadline past.
 func (e *Execution) PassLeaseDeadlineForTest() {
-	e.stopHeartbeat()
-	<-e.heartbeatDone
+	e.c.hb.remove(e)
 	e.mu.Lock()
+	e.frozen = true
 	e.leaseTimer.Stop()
 	e.leaseDeadline = time.Now().Add(-time.Millisecond)
 	e.mu.Unlock()

@@ -25,9 +25,7 @@ func TestIdempotentStartRefusesDuplicateOfRunningOrSucceeded(t *testing.T) {
 	b.start(t, failedOpts) // allowed again after a failed one
 
 	deadOpts := &taskling.StartOptions{ReferenceValue: "dead.csv", Idempotent: true}
-	dead := b.start(t, deadOpts)
-	dead.StopHeartbeatForTest()
-	b.exec(t, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour' WHERE id = $1`, dead.ID())
+	b.startDead(t, withLimit(-1), deadOpts)
 	b.start(t, deadOpts) // allowed again after a dead one
 }
 
@@ -47,9 +45,7 @@ func TestLastExecutionsReportsEveryStatusInBothDeathModes(t *testing.T) {
 			failed := b.start(t, nil)
 			require.NoError(t, failed.RecordError(b.ctx, "row 17 bad", true))
 			require.NoError(t, failed.Complete(b.ctx))
-			dead := b.start(t, nil)
-			dead.StopHeartbeatForTest()
-			b.exec(t, `UPDATE taskling.task_execution SET last_keep_alive = last_keep_alive - interval '1 hour', started_at = started_at - interval '1 hour' WHERE id = $1`, dead.ID())
+			dead := b.startDead(t, &taskling.Config{Defaults: s}, nil)
 			running := b.start(t, nil)
 			reclaimer := b.start(t, nil) // takes the dead execution's slot
 			require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
@@ -98,5 +94,5 @@ func TestHeaderRoundTrips(t *testing.T) {
 	require.NoError(t, e.Checkpoint(b.ctx, "loaded\x00 rows"))
 	require.NoError(t, e.Complete(b.ctx))
 	require.ErrorIs(t, e.Checkpoint(b.ctx, "late"), taskling.ErrExecutionCompleted)
-	require.Equal(t, []int{1, 2, 4}, eventTypes(t, b, e.ID()))
+	require.Equal(t, []taskling.EventType{taskling.EventStart, taskling.EventCheckpoint, taskling.EventEnd}, eventTypes(t, b, e.ID()))
 }

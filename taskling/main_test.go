@@ -64,6 +64,34 @@ func (b *testBundle) start(t *testing.T, opts *taskling.StartOptions) *taskling.
 	return e
 }
 
+// startDead starts an execution in a client of its own (another process), then makes that
+// process stop and age on the database by an hour: its execution is dead, reclaimable by the next
+// start.
+func (b *testBundle) startDead(t *testing.T, cfg *taskling.Config, opts *taskling.StartOptions) *taskling.Execution {
+	t.Helper()
+	e, err := newClient(t, b.pool, cfg).StartExecution(b.ctx, b.app, b.task, opts)
+	require.NoError(t, err)
+	e.StopHeartbeatForTest()
+	b.exec(t, ageSQL, e.ID(), time.Hour)
+	return e
+}
+
+// ageSQL moves an execution's start, its session's last heartbeat and its grant time in its task's
+// liveness terms back by $2.
+const ageSQL = `
+WITH e AS (
+    UPDATE taskling.task_execution SET started_at = started_at - $2::interval, last_keep_alive = last_keep_alive - $2::interval
+    WHERE id = $1 RETURNING task_id, session_id
+), s AS (
+    UPDATE taskling.session SET last_heartbeat = last_heartbeat - $2::interval WHERE id = (SELECT session_id FROM e)
+)
+UPDATE taskling.task_definition d SET holders = (
+    SELECT string_agg(CASE WHEN h LIKE 'E:' || $1 || ',%'
+        THEN regexp_replace(h, 'A:[0-9]+', 'A:' || (substring(h FROM 'A:([0-9]+)')::bigint - (extract(epoch FROM $2::interval) * 1000000)::bigint))
+        ELSE h END, '|' ORDER BY n)
+    FROM unnest(string_to_array(d.holders, '|')) WITH ORDINALITY AS x(h, n))
+WHERE d.id = (SELECT task_id FROM e)`
+
 func (b *testBundle) denied(t *testing.T, opts *taskling.StartOptions) error {
 	t.Helper()
 	e, err := b.client.StartExecution(b.ctx, b.app, b.task, opts)

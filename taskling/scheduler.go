@@ -154,8 +154,12 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	// A catch-up run, or any run under OverlapWait, waits for a held slot (deciding nothing
 	// meanwhile); an on-time run under OverlapSkip is recorded as Blocked instead.
 	waitForSlot := plan.Late[0] || OverlapPolicy(row.Overlap) == OverlapWait
+	session, err := c.hb.sessionID(ctx)
+	if err != nil {
+		return 0, false, err
+	}
 	req := execution.AcquireRequest{
-		TaskID: r.taskID, TaskName: r.app + "/" + r.task, Host: c.host, Declared: declared,
+		TaskID: r.taskID, TaskName: r.app + "/" + r.task, Host: c.host, SessionID: session, Declared: declared,
 		ScheduledFor: &instant, RecordDenial: !waitForSlot,
 		Schedule: &execution.ScheduleClaim{Expected: row.Cursor, Events: events},
 	}

@@ -83,6 +83,9 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if req.TaskID, err = c.taskID(ctx, app, task); err != nil {
 		return nil, err
 	}
+	if req.SessionID, err = c.hb.sessionID(ctx); err != nil {
+		return nil, err
+	}
 	if !opts.WaitForSlot {
 		req.RecordDenial = true
 		res, err := c.acquire(ctx, app, task, req)

@@ -47,10 +47,10 @@ func TestWaiterGetsSlotOfSilentHolderAfterThreshold(t *testing.T) {
 	require.NoError(t, r.err)
 	defer r.exec.Complete(b.ctx)
 	// Measured on the DB clock: from the holder's last heartbeat to the waiter's grant.
-	var gap time.Duration
-	require.NoError(t, b.pool.QueryRow(b.ctx, `
-SELECT w.started_at - h.last_keep_alive FROM taskling.task_execution h, taskling.task_execution w
-WHERE h.id = $1 AND w.id = $2`, holder.ID(), r.exec.ID()).Scan(&gap))
+	h, err := b.client.Execution(b.ctx, holder.ID())
+	require.NoError(t, err)
+	require.Equal(t, taskling.StatusDead, h.Status)
+	gap := r.exec.StartedAt().Sub(h.LastHeartbeat)
 	require.Greater(t, gap, threshold)
 	require.Less(t, gap, threshold+250*time.Millisecond)
 }

@@ -9,6 +9,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"net/url"
@@ -110,43 +111,44 @@ func run(ctx context.Context, serverURL string) error {
 		return err
 	}
 	fmt.Printf("== all workers done in %.1fs\n\n", time.Since(start).Seconds())
-	return report(ctx, pool, operator)
+	return report(ctx, operator)
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// report prints the slot timeline from the database (DB clock) and the execution history.
-func report(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client) error {
+// report prints the slot timeline and the execution history, both from the public API (times
+// on the database clock).
+func report(ctx context.Context, client *taskling.Client) error {
 	type span struct {
 		id, fence  int64
 		host       string
 		start, end time.Time
 	}
-	rows, err := pool.Query(ctx, `
-SELECT id, fence, host_name, started_at, completed_at
-FROM taskling.task_execution WHERE NOT blocked ORDER BY started_at`)
+	infos, err := client.LastExecutions(ctx, app, task, 200)
 	if err != nil {
 		return err
 	}
 	var spans []span
-	var t0 time.Time
-	for rows.Next() {
-		var s span
-		if err := rows.Scan(&s.id, &s.fence, &s.host, &s.start, &s.end); err != nil {
-			return err
+	for _, i := range infos {
+		if i.Status == taskling.StatusBlocked {
+			continue
 		}
-		if t0.IsZero() {
-			t0 = s.start
+		end := i.CompletedAt
+		if end.IsZero() {
+			end = i.ReclaimedAt
 		}
-		spans = append(spans, s)
+		spans = append(spans, span{id: i.ID, fence: i.FencingToken, host: i.Host, start: i.StartedAt, end: end})
 	}
-	if err := rows.Err(); err != nil {
+	if len(spans) == 0 {
+		return errors.New("no execution held a slot")
+	}
+	sort.Slice(spans, func(a, b int) bool { return spans[a].start.Before(spans[b].start) })
+	t0 := spans[0].start
+	detail, err := client.Task(ctx, app, task)
+	if err != nil {
 		return err
 	}
-	var raisedAt time.Time
-	if err := pool.QueryRow(ctx, `SELECT overrides_updated_at FROM taskling.task_definition`).Scan(&raisedAt); err != nil {
-		return err
-	}
+	raisedAt := detail.OverridesUpdatedAt
 
 	fmt.Println("Who held a slot when (seconds on the database clock; '#' = holding):")
 	const width, scale = 60, 0.2 // one column per 200 ms
@@ -168,16 +170,15 @@ FROM taskling.task_execution WHERE NOT blocked ORDER BY started_at`)
 	before, after := maxOverlap(spans, func(s span) (time.Time, time.Time) { return s.start, s.end }, raisedAt)
 	fmt.Printf("\nMost slots held at once: %d before the raise (limit 2), %d after it (limit 3).\n\n", before, after)
 
-	infos, err := client.LastExecutions(ctx, app, task, 50)
-	if err != nil {
-		return err
-	}
 	blocked := 0
 	fmt.Println("Execution history (newest first):")
 	fmt.Printf("  %-5s %-12s %-4s %-10s %-8s %s\n", "ID", "STATUS", "HOST", "REFERENCE", "ITEMS", "DURATION")
-	for _, i := range infos {
+	for n, i := range infos {
 		if i.Status == taskling.StatusBlocked {
 			blocked++
+		}
+		if n >= 50 {
+			continue
 		}
 		fmt.Printf("  %-5d %-12s %-4s %-10s %3d/%-4d %.2fs\n", i.ID, i.Status, i.Host, i.ReferenceValue,
 			i.ItemsDone, i.ItemsTotal, i.CompletedAt.Sub(i.StartedAt).Seconds())

@@ -243,7 +243,7 @@ func (r *run) holderProc(task string) *proc {
 	rows, err := r.pool.Query(ctx, `
 SELECT e.host_name FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
 WHERE d.application_name = $1 AND d.task_name = $2 AND e.token_id IS NOT NULL
-  AND e.completed_at IS NULL AND e.reclaimed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)
 ORDER BY e.id DESC`, app, task)
 	hosts := map[string]bool{}
 	if err == nil {
@@ -355,8 +355,8 @@ func (r *run) holds(host string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var ok bool
-	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution
-WHERE host_name = $1 AND token_id IS NOT NULL AND completed_at IS NULL AND reclaimed_at IS NULL)`, host).Scan(&ok)
+	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution e
+WHERE e.host_name = $1 AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id))`, host).Scan(&ok)
 	return err == nil && ok
 }
 
@@ -368,7 +368,8 @@ func (r *run) waitReclaimed(host string, since time.Time) bool {
 		time.Sleep(50 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		var ok bool
-		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution WHERE host_name = $1 AND reclaimed_at > $2)`, host, since).Scan(&ok)
+		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution e JOIN taskling.execution_end x ON x.execution_id = e.id
+WHERE e.host_name = $1 AND x.outcome = 3 AND x.ended_at > $2)`, host, since).Scan(&ok)
 		cancel()
 		if err == nil && ok {
 			return true
@@ -648,9 +649,12 @@ func (r *run) collect(ctx context.Context) checker.History {
 	h.After = r.taskStates(ctx)
 
 	rows, err := r.pool.Query(ctx, `
-SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at, e.completed_at, e.reclaimed_at,
-       e.last_keep_alive, e.keep_alive_death_threshold
+SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
+       CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
+       coalesce(x.last_heartbeat, greatest(e.started_at, s.last_heartbeat), e.started_at), e.keep_alive_death_threshold
 FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+LEFT JOIN taskling.session s ON s.id = e.session_id
 WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 	if err != nil {
 		t.Fatal(err)
@@ -724,7 +728,7 @@ func (r *run) taskStates(ctx context.Context) map[string]checker.TaskState {
 	rows, err := r.pool.Query(ctx, `
 SELECT d.task_name, d.tokens, d.fence,
        coalesce((SELECT array_agg(e.id) FROM taskling.task_execution e
-                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND e.completed_at IS NULL AND e.reclaimed_at IS NULL), '{}')
+                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)), '{}')
 FROM taskling.task_definition d WHERE d.application_name = $1`, app)
 	if err != nil {
 		t.Fatal(err)

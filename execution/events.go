@@ -5,22 +5,18 @@ import (
 	"fmt"
 )
 
-// heartbeatSQL renews the lease on the DB clock. Identity-checked by the row itself: a completed
-// or reclaimed execution cannot renew (a reclaim in progress holds the row lock, so this waits
-// and then sees it).
-const heartbeatSQL = `
-UPDATE taskling.task_execution SET last_keep_alive = clock_timestamp()
-WHERE id = $1 AND completed_at IS NULL AND reclaimed_at IS NULL`
+// Event types stored in task_execution_event.event_type, and their names (taskling.EventType's
+// values). Start, Blocked and End are stored only by executions of protocol 1; Events derives
+// them for the others.
+const (
+	eventStart      int16 = 1
+	eventCheckpoint int16 = 2
+	eventError      int16 = 3
+	eventEnd        int16 = 4
+	eventBlocked    int16 = 5
+)
 
-// Heartbeat renews an execution's lease. held=false means the execution was reclaimed or has
-// completed: it must stop.
-func (s *Store) Heartbeat(ctx context.Context, executionID int64) (held bool, err error) {
-	tag, err := s.pool.Exec(ctx, heartbeatSQL, executionID)
-	if err != nil {
-		return false, fmt.Errorf("execution: heartbeat of execution %d: %w", executionID, err)
-	}
-	return tag.RowsAffected() == 1, nil
-}
+var eventNames = map[int16]string{eventStart: "start", eventCheckpoint: "checkpoint", eventError: "error", eventEnd: "end", eventBlocked: "blocked"}
 
 var checkpointSQL = fmt.Sprintf(`
 INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, %d, $2)`, eventCheckpoint)

@@ -1,0 +1,126 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A session is one client process: its executions in KeepAlive mode live by its heartbeat, which
+// renews one row in place once per interval, however many executions it runs.
+
+// RegisterSession creates the session of a client process and returns its id.
+func (s *Store) RegisterSession(ctx context.Context, host string) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `INSERT INTO taskling.session (host_name, pid, library_version) VALUES ($1, $2, $3) RETURNING id`,
+		host, os.Getpid(), s.opts.LibraryVersion).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("execution: register session: %w", err)
+	}
+	return id, nil
+}
+
+// CloseSession records that the client closed (informational: its executions still live by the
+// session's heartbeat until they complete).
+func (s *Store) CloseSession(ctx context.Context, id int64) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE taskling.session SET closed_at = clock_timestamp() WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("execution: close session %d: %w", id, err)
+	}
+	return nil
+}
+
+// Lost says why a heartbeat found an execution no longer holding its slot.
+type Lost int
+
+const (
+	NotLost   Lost = iota
+	Reclaimed      // judged dead and its slot taken by another requester
+	Ended          // its end is recorded (a release in flight, or a release given up on)
+	Missing        // its row is gone (deleted by hand)
+)
+
+// heartbeatSQL renews the session, then — in a second statement, whose snapshot follows the
+// wait for any reclaim holding the session row's lock — reports the executions that ended or
+// vanished. A reclaim locks the session row and rechecks it, so either the reclaim sees this
+// heartbeat (and aborts), or this heartbeat sees the reclaim.
+const (
+	renewSessionSQL = `UPDATE taskling.session SET last_heartbeat = clock_timestamp() WHERE id = $1`
+	lostSQL         = `
+SELECT x.id, CASE WHEN t.id IS NULL THEN 3 WHEN e.outcome = 3 THEN 1 ELSE 2 END
+FROM unnest($1::bigint[]) AS x(id)
+LEFT JOIN taskling.task_execution t ON t.id = x.id
+LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
+WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
+)
+
+// Heartbeat renews session's lease for executions, in one transaction of one round trip, and
+// returns those of them that no longer hold their slot. renewed is false when the session row is
+// gone (every execution of the session must stop).
+func (s *Store) Heartbeat(ctx context.Context, session int64, executions []int64) (lost map[int64]Lost, renewed bool, err error) {
+	lost = map[int64]Lost{}
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(renewSessionSQL, session).Exec(func(ct pgconn.CommandTag) error {
+		renewed = ct.RowsAffected() == 1
+		return nil
+	})
+	if len(executions) > 0 {
+		b.Queue(lostSQL, executions).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				var why int32
+				if err := rows.Scan(&id, &why); err != nil {
+					return err
+				}
+				lost[id] = Lost(why)
+			}
+			return nil
+		})
+	}
+	b.Queue("COMMIT")
+	s.hb.mu.Lock()
+	defer s.hb.mu.Unlock()
+	if s.hb.conn == nil {
+		conn, err := connectLike(ctx, s.pool)
+		if err != nil {
+			return nil, false, fmt.Errorf("execution: heartbeat of session %d: connect: %w", session, err)
+		}
+		s.hb.conn = conn
+	}
+	if err := s.hb.conn.SendBatch(ctx, b).Close(); err != nil {
+		// An aborted or cut-off batch may leave the transaction open: never reuse the connection.
+		s.hb.closeLocked(ctx)
+		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, err)
+	}
+	return lost, renewed, nil
+}
+
+// heartbeatConn is the connection heartbeats are sent on: one of their own, opened like the
+// pool's, so that a pool busy with token transactions (or exhausted by the application) never
+// holds a heartbeat back past a holder's threshold.
+type heartbeatConn struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+func (h *heartbeatConn) closeLocked(ctx context.Context) {
+	if h.conn == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = h.conn.Close(cctx)
+	h.conn = nil
+}
+
+// CloseHeartbeats closes the heartbeat connection; the next heartbeat opens it again.
+func (s *Store) CloseHeartbeats(ctx context.Context) {
+	s.hb.mu.Lock()
+	defer s.hb.mu.Unlock()
+	s.hb.closeLocked(ctx)
+}
