@@ -14,9 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -29,6 +26,8 @@ type Result struct {
 	Retries    int64           // serialization failures retried
 	Failed     int64           // acquisitions denied or failed
 	Violations int64           // more holders at once than the limit
+	Statements int64           // statements sent (StatementCounter), when counted
+	WALBytes   int64           // WAL written meanwhile (cluster-wide), when measured
 }
 
 // Rate is cycles per second.
@@ -57,6 +56,7 @@ func (r *Result) Merge(o Result) {
 	r.Retries += o.Retries
 	r.Failed += o.Failed
 	r.Violations += o.Violations
+	r.Statements += o.Statements
 	r.Elapsed = max(r.Elapsed, o.Elapsed)
 }
 
@@ -100,46 +100,6 @@ func loop(ctx context.Context, n int, d time.Duration, cycle func(ctx context.Co
 	return res, nil
 }
 
-// Raw runs the floor: per cycle, an acquire and a release transaction, each BEGIN; UPDATE (take
-// the row lock); SELECT (read the tokens); UPDATE (write them); COMMIT, statement by statement,
-// with serialization failures retried. No local queueing: every goroutine contends on the row.
-func Raw(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, goroutines int, d time.Duration) (Result, error) {
-	var taskID int64
-	if err := pool.QueryRow(ctx, `INSERT INTO taskling.task_definition (application_name, task_name)
-VALUES ('bench', 'raw-' || gen_random_uuid()) RETURNING id`).Scan(&taskID); err != nil {
-		return Result{}, err
-	}
-	var retries atomic.Int64
-	txn := func(ctx context.Context) error {
-		for {
-			err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, `UPDATE taskling.task_definition SET hold_lock_execution_id = 1 WHERE id = $1`, taskID); err != nil {
-					return err
-				}
-				var tokens string
-				var fence int64
-				if err := tx.QueryRow(ctx, `SELECT tokens, fence FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&tokens, &fence); err != nil {
-					return err
-				}
-				_, err := tx.Exec(ctx, `UPDATE taskling.task_definition SET tokens = $2, fence = $3 WHERE id = $1`, taskID, tokens, fence+1)
-				return err
-			})
-			if err == nil || !isSerializationFailure(err) {
-				return err
-			}
-			retries.Add(1)
-		}
-	}
-	res, err := loop(ctx, goroutines, d, func(ctx context.Context, _ int) error {
-		if err := txn(ctx); err != nil {
-			return err
-		}
-		return txn(ctx)
-	})
-	res.Retries = retries.Load()
-	return res, err
-}
-
 // Taskling runs StartExecution + Complete cycles: goroutines spread over tasks tasks, each task's
 // limit equal to the goroutines using it, so no acquisition should be denied. It counts
 // violations: more holders of a task at once than its limit.
@@ -170,6 +130,83 @@ func Taskling(ctx context.Context, client *taskling.Client, app string, goroutin
 	res.Retries = client.Stats().Retries - retriesBefore
 	res.Failed, res.Violations = failed.Load(), violations.Load()
 	return res, err
+}
+
+// Waiting runs StartExecution(WaitForSlot) + Complete cycles of goroutines on one task whose
+// limit (declared by client, below goroutines) makes most of them wait. Unlike the other
+// scenarios its safety check can fail: afterwards it computes, from the database's grant and end
+// times of every execution, the most holders there ever were at once, and counts the instants
+// over the limit as violations.
+func Waiting(ctx context.Context, client *taskling.Client, app string, goroutines, limit int, d time.Duration) (Result, error) {
+	retriesBefore := client.Stats().Retries
+	var failed atomic.Int64
+	res, err := loop(ctx, goroutines, d, func(ctx context.Context, _ int) error {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		exec, err := client.StartExecution(wctx, app, "waiting", &taskling.StartOptions{WaitForSlot: true})
+		if errors.Is(err, taskling.ErrLimitReached) {
+			failed.Add(1)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return exec.Complete(ctx)
+	})
+	if err != nil {
+		return res, err
+	}
+	res.Retries = client.Stats().Retries - retriesBefore
+	res.Failed = failed.Load()
+	res.Violations, err = overLimit(ctx, client, app, "waiting", limit)
+	return res, err
+}
+
+// overLimit sweeps the task's executions in database time (grants at their start, releases and
+// reclaims at their end; a token transaction's times fall inside its lock on the task row, so a
+// slot handed over ends before the next grant of it starts) and counts the grants that made the
+// holders exceed limit.
+func overLimit(ctx context.Context, client *taskling.Client, app, task string, limit int) (int64, error) {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for before := int64(0); ; {
+		page, err := client.Executions(ctx, app, task, &taskling.ExecutionFilter{Limit: taskling.MaxExecutionsPage, Before: before})
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range page.Executions {
+			if e.Status == taskling.StatusBlocked {
+				continue
+			}
+			edges = append(edges, edge{e.StartedAt, +1})
+			switch {
+			case !e.ReclaimedAt.IsZero():
+				edges = append(edges, edge{e.ReclaimedAt, -1})
+			case !e.CompletedAt.IsZero():
+				edges = append(edges, edge{e.CompletedAt, -1})
+			}
+		}
+		if before = page.NextBefore; before == 0 {
+			break
+		}
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // at the same instant, ends first
+	})
+	holders, over := 0, int64(0)
+	for _, e := range edges {
+		holders += e.delta
+		if e.delta > 0 && holders > limit {
+			over++
+		}
+	}
+	return over, nil
 }
 
 // Settings are the task settings the Taskling scenario's clients must use: a limit that admits
