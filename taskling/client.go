@@ -28,13 +28,14 @@ type Isolation int
 
 const (
 	// IsolationReadCommitted (the default) relies on the task row's lock, which every token
-	// transaction takes with its first statement, to serialize all token transactions of a task,
-	// and rechecks every reclaimed holder under that holder's own row lock. Measured faster than
-	// SERIALIZABLE and free of false conflicts between unrelated tasks (see the README).
+	// transaction takes first, to serialize all token transactions of a task, and rechecks every
+	// reclaimed holder under its session's row lock. Chosen over SERIALIZABLE for its tail under
+	// contention from several processes (see the README's How it works).
 	IsolationReadCommitted Isolation = iota
-	// IsolationSerializable adds PostgreSQL's serializable checks on top. Its predicate locks are
-	// page-granular, so transactions of unrelated tasks conflict and are retried: with many
-	// tasks or many hosts this costs throughput and tail latency, not safety.
+	// IsolationSerializable adds PostgreSQL's serializable checks on top. Unrelated tasks do not
+	// abort each other (a token transaction reads only its tasks' rows and what they name, by
+	// primary key), but processes contending on one task do: each waiter for the row's lock
+	// fails when the holder commits, and retries.
 	IsolationSerializable
 )
 
