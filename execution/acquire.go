@@ -19,7 +19,7 @@ const usSQL = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
 
 // taskRowSQL are the columns of the task row d that the token logic reads (scanTaskRow), with the
 // row version's heap page and transaction id (xmin: it changes with every write of the row).
-const taskRowSQL = `d.id, d.tokens, d.holders, d.fence,
+const taskRowSQL = `d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
     (SELECT version FROM taskling.protocol WHERE singleton), ` + blockSQL + `, d.xmin::text`
@@ -49,7 +49,7 @@ const reserveIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM gen
 const sessionsSQL = `
 SELECT s.id, (extract(epoch FROM s.last_heartbeat) * 1000000)::bigint
 FROM taskling.session s
-WHERE s.id IN (SELECT m[1]::bigint FROM taskling.task_definition d, regexp_matches(d.holders, 'P:([0-9]+)', 'g') m
+WHERE s.id IN (SELECT m[1]::bigint FROM taskling.task_definition d, regexp_matches(d.holders || '|' || d.queue, 'P:([0-9]+)', 'g') m
                WHERE d.id = ANY($1))`
 
 // claimsSQL reads the claims of the idempotent references requested.
@@ -89,20 +89,20 @@ const endedSQL = `SELECT execution_id, outcome FROM taskling.execution_end WHERE
 // the holders granted now), fences, declarations and waiter marks.
 const updateTasksSQL = `
 UPDATE taskling.task_definition d SET ` + updateTasksSet + `
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[])
-    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark)
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue)
 WHERE d.id = u.id
 RETURNING ` + taskRowSQL
 
 // casTasksSQL is updateTasksSQL for decisions taken on cached rows: each row is written only if
-// it is still the version the decision was taken on (xmin, $8) under the same grant protocol ($9),
+// it is still the version the decision was taken on (xmin, $9) under the same grant protocol ($10),
 // and only if no other transaction holds its lock: the fast path never waits for a lock, since a
 // grant's lease is measured from before its round trip (the usual path, after the lock, takes it).
 const casTasksSQL = `
 UPDATE taskling.task_definition d SET ` + updateTasksSet + `
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[])
-    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, xmin)
-WHERE d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $9
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin)
+WHERE d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
     AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
 RETURNING ` + taskRowSQL
 
@@ -112,6 +112,7 @@ const writtenSQL = `EXISTS (SELECT 1 FROM taskling.task_definition w
 
 const updateTasksSet = `
     tokens = u.tokens,
+    queue = u.queue,
     holders = replace(u.holders, '` + grantMark + `', 'A:' || ` + usSQL + `),
     fence = u.fence,
     declared_at = CASE WHEN u.declared_limit IS NOT NULL
@@ -246,6 +247,16 @@ type AcquireRequest struct {
 	// wait loop), a denied attempt writes no execution; it marks the task as waited for (for the
 	// next 60 s), so that releases notify the waiters. Wait loops must retry within 60 s.
 	RecordDenial bool
+	// Wait queues the requester for a slot when it is denied (a ticket in the task's row,
+	// oldest first across every host, higher Priority first); later attempts pass the Ticket
+	// they got. A ticket lives by the session's heartbeat (Declared.KeepAliveDeathThreshold),
+	// and a slot offered to it that is not taken within OfferWindow passes to the next ticket.
+	Wait        bool
+	Ticket      int64
+	Priority    int
+	OfferWindow time.Duration
+	// LeaveQueue removes Ticket from the queue (a waiter that gave up); nothing else is done.
+	LeaveQueue bool
 	// NewTokenID makes token ids (tests); nil means uuid.New.
 	NewTokenID func() uuid.UUID
 }
@@ -263,6 +274,10 @@ type AcquireResult struct {
 	// NextExpiry is, when denied for the limit, how long until the earliest live holder could be
 	// judged dead (on the DB clock); 0 if unknown.
 	NextExpiry time.Duration
+	// Ticket is the requester's ticket in the task's queue when denied with Wait, and Position
+	// its place in line (1: next).
+	Ticket   int64
+	Position int
 	// Reclaimed lists the dead holders whose slots this acquisition took or removed (set once
 	// the transaction committed).
 	Reclaimed []int64

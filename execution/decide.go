@@ -42,6 +42,7 @@ type txState struct {
 	reserved      []int64 // execution ids reserved for the task's acquires, in order
 	tokens        string
 	holders       string // liveness terms (holders.go)
+	queue         string // waiters for a slot (queue.go)
 	fence         int64
 	overrides     Overrides
 	declaredLimit *int
@@ -49,7 +50,8 @@ type txState struct {
 	waiters       bool  // someone waits for a slot: a freed one is announced
 	protocol      int   // the database's grant protocol
 	nowUS         int64 // the DB clock under the lock, µs since the Unix epoch
-	// heartbeats are the last heartbeats (µs) of the holders' sessions.
+	// heartbeats are the last heartbeats (µs) of the holders' and waiters' sessions; nil when
+	// not read (a transaction of releases only).
 	heartbeats map[int64]int64
 	// legacy is the liveness, judged by their rows, of grantees that have no terms: grants of
 	// protocol 1, and holders whose row was deleted. nil: not read (decide then asks for it).
@@ -96,6 +98,7 @@ const (
 type txPlan struct {
 	tokens        string
 	holders       string
+	queue         string
 	fence         int64
 	declaredLimit *int
 	declaredBy    *string
@@ -123,7 +126,8 @@ type outcome struct {
 // nothingToWrite reports a plan whose task row needs no write: no row changes, nobody to mark
 // as waiting.
 func (p txPlan) nothingToWrite(st txState) bool {
-	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == st.tokens && p.holders == st.holders
+	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == st.tokens && p.holders == st.holders &&
+		p.queue == st.queue
 }
 
 // decide serves reqs (one task's) on st exactly as if they ran one after another: every release
@@ -139,7 +143,14 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 	if err != nil {
 		return txPlan{}, fmt.Errorf("task %s: stored holders: %w", taskNameOf(reqs), err)
 	}
-	d := decider{st: st, list: list, terms: map[int64]term{}, newID: newID,
+	tickets, err := parseQueue(st.queue)
+	if err != nil {
+		return txPlan{}, fmt.Errorf("task %s: stored queue: %w", taskNameOf(reqs), err)
+	}
+	if st.blind && len(tickets) > 0 {
+		return txPlan{}, errBlind // a queue needs the clock and its waiters' heartbeats
+	}
+	d := decider{st: st, list: list, terms: map[int64]term{}, newID: newID, queue: queue{tickets: tickets, nowUS: st.nowUS},
 		plan: txPlan{fence: st.fence, results: make([]outcome, len(reqs))}, releasedOK: map[int64]bool{}, grantedRefs: map[string]bool{}}
 	for _, t := range terms {
 		d.terms[t.exec] = t
@@ -157,6 +168,9 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 			d.release(i, r.release)
 		}
 	}
+	if acquires && st.heartbeats != nil {
+		d.queue.prune(st.heartbeats)
+	}
 	next := 0
 	for i, r := range reqs {
 		if r.acquire != nil {
@@ -167,9 +181,13 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		}
 	}
 	d.settleTerms(acquires)
+	if len(d.queue.tickets) > 0 {
+		d.queue.offer(d.free())
+	}
 	if d.tripped {
 		return txPlan{}, errBlind
 	}
+	d.plan.queue = formatQueue(d.queue.tickets)
 	d.plan.tokens = d.list.String()
 	d.plan.holders = formatTerms(d.termList())
 	d.plan.notify = d.freed && st.waiters
@@ -188,6 +206,70 @@ type decider struct {
 	releasedOK  map[int64]bool  // released in this transaction: true when it succeeded
 	grantedRefs map[string]bool // idempotent references granted in this transaction
 	tripped     bool            // a blind decision needed liveness
+	queue       queue
+}
+
+// free is the number of slots a grant could take now: unused ones and those of dead holders.
+func (d *decider) free() int {
+	if d.list.IsUnlimited() {
+		return int(^uint(0) >> 1)
+	}
+	alive := d.alive
+	if d.st.heartbeats == nil { // releases only: holders' heartbeats were not read, count them all
+		alive = func(int64) bool { return true }
+	}
+	return max(0, d.list.Limit()-d.list.InUse(alive))
+}
+
+// queueAllows applies the queue to an acquisition: a waiter with a ticket is granted when its
+// ticket is among the first free ones; a start without a ticket only when there are more free
+// slots than tickets (no barging past the queue). A waiter that is not granted keeps or takes a
+// ticket, whose position goes to res.
+func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireResult) bool {
+	if d.list.IsUnlimited() {
+		return true
+	}
+	free := d.free()
+	if req.Ticket != 0 {
+		if d.st.blind {
+			d.tripped = true
+			return false
+		}
+		pos := d.queue.position(req.Ticket)
+		if pos < 0 { // judged dead (its process paused), or never queued: back in line
+			d.queue.enqueue(d.newTicket(req, req.Ticket, res.Effective.KeepAliveDeathThreshold))
+			pos = d.queue.position(req.Ticket)
+		}
+		if pos < free {
+			d.queue.remove(req.Ticket)
+			return true
+		}
+		res.Ticket, res.Position = req.Ticket, pos+1
+		return false
+	}
+	if len(d.queue.tickets) < free {
+		return true
+	}
+	if req.Wait {
+		if d.st.blind {
+			d.tripped = true
+			return false
+		}
+		d.queue.enqueue(d.newTicket(req, execID, res.Effective.KeepAliveDeathThreshold))
+		res.Ticket, res.Position = execID, d.queue.position(execID)+1
+	}
+	return false
+}
+
+func (d *decider) newTicket(req *AcquireRequest, id int64, threshold time.Duration) ticket {
+	if threshold <= 0 {
+		threshold = time.Minute
+	}
+	window := req.OfferWindow
+	if window <= 0 {
+		window = 3 * time.Second
+	}
+	return ticket{id: id, session: req.SessionID, priority: int64(req.Priority), queuedUS: d.st.nowUS, threshold: threshold, window: window}
 }
 
 // missingTerms lists the grantees that have no terms.
@@ -258,6 +340,11 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		return nil
 	}
 	res := &out.acquire
+	if req.LeaveQueue {
+		d.queue.remove(req.Ticket)
+		res.Denied = DeniedLimit
+		return nil
+	}
 	res.Effective = d.st.overrides.Apply(req.Declared)
 	res.Overridden = !d.st.overrides.IsZero()
 	if err := res.Effective.Validate("with operator overrides"); err != nil {
@@ -287,10 +374,15 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	}
 
 	var grant tokens.GrantResult
-	if req.Idempotent && req.ReferenceValue != nil && d.duplicate(*req.ReferenceValue) {
+	switch {
+	case req.Idempotent && req.ReferenceValue != nil && d.duplicate(*req.ReferenceValue):
 		res.Denied = DeniedDuplicate
-	} else if d.list, grant = d.list.Grant(execID, d.alive); !grant.Granted {
+	case !d.queueAllows(req, execID, res):
 		res.Denied = DeniedLimit
+	default:
+		if d.list, grant = d.list.Grant(execID, d.alive); !grant.Granted {
+			res.Denied = DeniedLimit
+		}
 	}
 	switch {
 	case grant.Granted:

@@ -212,7 +212,7 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 		protocol = rows[id].state.protocol
 	}
 	b := tx.begin()
-	b.Queue(casTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, xmins, protocol).
+	b.Queue(casTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues, xmins, protocol).
 		Query(func(rows pgx.Rows) error {
 			return scanTaskRows(rows, func(r taskRow) {
 				written[r.id] = true

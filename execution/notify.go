@@ -151,7 +151,7 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 			return true, fmt.Errorf("wait for notifications: %w", err)
 		}
 		if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
-			n.wake(id)
+			n.wakeTask(id)
 		}
 	}
 }
@@ -180,13 +180,22 @@ func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
 }
 
 // wake signals the longest-waiting subscriber of taskID that has no wake-up pending.
-func (n *Notifier) wake(taskID int64) {
+func (n *Notifier) wake(taskID int64) { n.wakeSubs(taskID, false) }
+
+// wakeTask wakes every waiter of the task: the slot goes to the first tickets in the task's
+// queue, whichever of them wait here.
+func (n *Notifier) wakeTask(taskID int64) { n.wakeSubs(taskID, true) }
+
+// wakeSubs wakes the first waiter of the task that is not awake yet, or all of them.
+func (n *Notifier) wakeSubs(taskID int64, all bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, ch := range n.subs[taskID] {
 		select {
 		case ch <- struct{}{}:
-			return
+			if !all {
+				return
+			}
 		default:
 		}
 	}

@@ -249,7 +249,7 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 		b.Queue(succeededSQL, w.okTasks, w.okRefs, w.okExecs)
 	}
 	if len(w.taskIDs) > 0 {
-		b.Queue(updateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks).Query(func(rows pgx.Rows) error {
+		b.Queue(updateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues).Query(func(rows pgx.Rows) error {
 			return scanTaskRows(rows, tx.see)
 		})
 	}
@@ -295,11 +295,11 @@ func (w *planWrites) readStartTimes(rows pgx.Rows) error {
 
 // planWrites collects the plans' writes as column arrays, one statement per kind.
 type planWrites struct {
-	taskIDs, fences []int64
-	tokens, holders []string
-	declaredLimits  []*int
-	declaredBys     []*string
-	marks           []bool
+	taskIDs, fences         []int64
+	tokens, holders, queues []string
+	declaredLimits          []*int
+	declaredBys             []*string
+	marks                   []bool
 
 	execs    executionRows
 	inserted []*AcquireResult
@@ -327,6 +327,7 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 	if !plan.nothingToWrite(st) {
 		w.taskIDs = append(w.taskIDs, taskID)
 		w.tokens, w.holders, w.fences = append(w.tokens, plan.tokens), append(w.holders, plan.holders), append(w.fences, plan.fence)
+		w.queues = append(w.queues, plan.queue)
 		w.declaredLimits, w.declaredBys = append(w.declaredLimits, plan.declaredLimit), append(w.declaredBys, plan.declaredBy)
 		w.marks = append(w.marks, plan.markWaiting)
 	}
@@ -412,7 +413,7 @@ func scanTaskRows(rows pgx.Rows, fn func(taskRow)) error {
 		var r taskRow
 		st := &r.state
 		o := &st.overrides
-		if err := rows.Scan(&r.id, &st.tokens, &st.holders, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &o.DeathMode,
+		if err := rows.Scan(&r.id, &st.tokens, &st.holders, &st.queue, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &o.DeathMode,
 			&o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy,
 			&st.waiters, &st.protocol, &r.block, &r.xmin); err != nil {
 			return err

@@ -181,3 +181,20 @@ VALUES ('a', 't', 'I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:1,G:0', 7)`)
 	_, err = pool.Exec(ctx, `INSERT INTO taskling.protocol (singleton, version) VALUES (false, 9)`)
 	require.Error(t, err, "one row")
 }
+
+// TestQueueUpgradeKeepsTasks: 0006 adds the waiters' queue to task rows of the previous version,
+// empty.
+func TestQueueUpgradeKeepsTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.UpTo(ctx, pool, 5))
+	_, err := pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name, tokens, holders, fence)
+VALUES ('a', 't', 'I:6f1c0f4e-8d0a-4c55-9d43-0c8a1b0e2f11,S:0,G:7', 'E:7,P:0,A:1,D:1000000', 7)`)
+	require.NoError(t, err)
+	require.NoError(t, migrations.Up(ctx, pool))
+	var queue, holders string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT queue, holders FROM taskling.task_definition`).Scan(&queue, &holders))
+	require.Empty(t, queue)
+	require.Equal(t, "E:7,P:0,A:1,D:1000000", holders)
+}

@@ -22,15 +22,16 @@ type heartbeater struct {
 	register sync.Mutex // one registration at a time
 
 	mu      sync.Mutex
-	session int64                // 0 until the first start registers it (or after it vanished)
-	execs   map[int64]*Execution // executions in KeepAlive mode, not completed
-	running bool                 // the loop runs
-	wake    chan struct{}        // an execution joined: the loop rechecks its interval
-	frozen  bool                 // tests: the process froze
+	session int64                 // 0 until the first start registers it (or after it vanished)
+	execs   map[int64]*Execution  // executions in KeepAlive mode, not completed
+	waiters map[time.Duration]int // waiters for a slot, by heartbeat interval: their tickets live by the session
+	running bool                  // the loop runs
+	wake    chan struct{}         // an execution joined: the loop rechecks its interval
+	frozen  bool                  // tests: the process froze
 }
 
 func newHeartbeater(c *Client) *heartbeater {
-	return &heartbeater{c: c, execs: map[int64]*Execution{}, wake: make(chan struct{}, 1)}
+	return &heartbeater{c: c, execs: map[int64]*Execution{}, waiters: map[time.Duration]int{}, wake: make(chan struct{}, 1)}
 }
 
 // sessionID returns the client's session, registering it on first use.
@@ -68,6 +69,11 @@ func (h *heartbeater) add(e *Execution) {
 		e.freeze()
 		return
 	}
+	h.startLocked()
+}
+
+// startLocked starts the loop, or makes it recheck its interval. Called with mu held.
+func (h *heartbeater) startLocked() {
 	if !h.running {
 		h.running = true
 		h.c.live.Add(1)
@@ -75,6 +81,30 @@ func (h *heartbeater) add(e *Execution) {
 		return
 	}
 	h.poke()
+}
+
+// addWaiter keeps the session alive, at interval or faster, while a waiter's ticket is queued.
+func (h *heartbeater) addWaiter(interval time.Duration) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiters[interval]++
+	if !h.frozen {
+		h.startLocked()
+	}
+}
+
+func (h *heartbeater) removeWaiter(interval time.Duration) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.waiters[interval]--; h.waiters[interval] <= 0 {
+		delete(h.waiters, interval)
+	}
 }
 
 func (h *heartbeater) remove(e *Execution) {
@@ -120,9 +150,14 @@ func (h *heartbeater) freeze() {
 func (h *heartbeater) due() (session int64, execs []*Execution, interval time.Duration, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.execs) == 0 || h.frozen {
+	if (len(h.execs) == 0 && len(h.waiters) == 0) || h.frozen {
 		h.running = false
 		return 0, nil, 0, false
+	}
+	for w := range h.waiters {
+		if interval == 0 || w < interval {
+			interval = w
+		}
 	}
 	for _, e := range h.execs {
 		execs = append(execs, e)

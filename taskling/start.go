@@ -32,10 +32,15 @@ type StartOptions struct {
 	// MaxHeaderLength bytes once encoded.
 	Header any
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
-	// A waiter is woken by a returned slot (LISTEN/NOTIFY), by a timer set to the earliest moment a
-	// silent holder may be judged dead, and by polling as a fallback. A wait that ends with ctx is
-	// recorded once as a Blocked execution, and its error wraps both ErrLimitReached and ctx's error.
+	// Waiters queue in the database: slots go to the oldest waiter across every host (higher
+	// Priority first), and while anyone waits, a start without WaitForSlot is refused even if a
+	// slot is free. A waiter is woken by a returned slot (LISTEN/NOTIFY), by a timer set to the
+	// earliest moment a silent holder may be judged dead, and by polling as a fallback. A wait
+	// that ends with ctx leaves the queue at once, is recorded once as a Blocked execution, and
+	// its error wraps both ErrLimitReached and ctx's error.
 	WaitForSlot bool
+	// Priority orders waiters (WaitForSlot): higher first, oldest first within a priority.
+	Priority int
 
 	scheduledFor *time.Time
 }
@@ -94,6 +99,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		}
 		return c.newExecution(app, task, req, res, settings, ctx), nil
 	}
+	req.Wait, req.Priority, req.OfferWindow = true, opts.Priority, c.maxPoll+time.Second
 	return c.waitForSlot(ctx, app, task, req, settings)
 }
 
@@ -129,12 +135,24 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 	wake, unsubscribe := c.notifier.Subscribe(req.TaskID)
 	defer c.notifier.Pass(req.TaskID) // after unsubscribing: wake the next waiter
 	defer unsubscribe()
+	c.hb.addWaiter(settings.KeepAliveInterval) // the session, so the ticket, stays alive
+	defer c.hb.removeWaiter(settings.KeepAliveInterval)
+	granted := false
+	defer func() {
+		if !granted {
+			c.leave(ctx, req) // whatever ended the wait, the ticket must not hold the line
+		}
+	}()
 	poll := 50 * time.Millisecond
 	var lastErr error
 	for {
 		res, err := c.acquire(ctx, app, task, req)
 		if err == nil {
+			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
+		}
+		if res.Ticket != 0 {
+			req.Ticket = res.Ticket
 		}
 		wait := min(poll, c.maxPoll)
 		switch {
@@ -154,8 +172,24 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 		case waitClosed:
 			return nil, ErrClientClosed
 		case waitCancelled:
+			c.leave(ctx, req) // at once, before recording
+			req.Ticket = 0
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		}
+	}
+}
+
+// leave removes req's ticket from the task's queue, if it has one. Best effort: a ticket left
+// behind is dropped once its offer goes untaken, or once the session stops heartbeating.
+func (c *Client) leave(ctx context.Context, req execution.AcquireRequest) {
+	if req.Ticket == 0 {
+		return
+	}
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	req.LeaveQueue, req.RecordDenial = true, false
+	if _, err := c.store.Acquire(lctx, req); err != nil {
+		c.log.Warn("taskling: could not leave the queue for a slot", zap.String("task", req.TaskName), zap.Error(err))
 	}
 }
 
