@@ -300,6 +300,16 @@ func (c *Cluster) Restart(ctx context.Context, mode StopMode) error {
 // ensureLocked makes the server run and answer; it reports whether it had to start it. mayMove
 // allows a start on another port than the last one.
 func (c *Cluster) ensureLocked(ctx context.Context, mayMove bool) (started bool, err error) {
+	// What Open read may be stale: another process (or Cluster) may have made or started the
+	// cluster since, under this lock. Judging by a stale empty password would remake it.
+	if st, err := c.readState(); err == nil && st.Port != 0 {
+		c.setPort(st.Port)
+	}
+	if pw := c.readPassword(); pw != "" {
+		c.mu.Lock()
+		c.password = pw
+		c.mu.Unlock()
+	}
 	if _, _, ok := c.livePostmaster(); ok && c.currentPassword() == "" {
 		// Made by an older version without a password (trust auth): replace it. It only ever
 		// holds disposable test data.

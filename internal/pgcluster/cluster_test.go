@@ -288,3 +288,24 @@ func TestUnknownStopModeIsRejectedBeforeTouchingAnything(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, errors.Is(err, ErrNoBinaries))
 }
+
+// A Cluster opened before another made the cluster must not judge it by what it read at Open
+// (no password yet: an older, trust-auth cluster to replace). Found by CI: concurrent Ensures
+// remade the cluster under each other, and one then failed to log in.
+func TestStartOfAClusterOpenedBeforeItWasMadeReusesIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := testOptions(t)
+	early, err := Open(opts)
+	require.NoError(t, err)
+	first, err := Ensure(ctx, opts)
+	require.NoError(t, err)
+	require.True(t, first.Started())
+	before := postmasterStart(t, first)
+
+	require.NoError(t, early.Start(ctx))
+	require.False(t, early.Started(), "the cluster was made again")
+	require.Equal(t, before, postmasterStart(t, first), "the server must not have restarted")
+	require.Equal(t, "1", query(t, first.URL(), "SELECT 1::text"), "the first caller's password still works")
+	require.Equal(t, first.URL(), early.URL())
+}
