@@ -47,6 +47,10 @@ type TaskSummary struct {
 	Overrides     Overrides
 	// LastExecution is the newest execution of the task, granted or denied; nil if none.
 	LastExecution *LastExecution
+	// Waiting counts the live waiters queued for a slot; OldestWait is when the oldest of them
+	// queued (zero if none).
+	Waiting    int
+	OldestWait time.Time
 }
 
 // LastExecution is the newest execution of a task.
@@ -63,6 +67,17 @@ var holdsSQL = `(x.execution_id IS NULL AND e.completed_at IS NULL AND e.reclaim
 // list's grantees and the executions the holders column names (an unlimited task's holders).
 const possibleHoldersSQL = `(SELECT m[1]::bigint FROM regexp_matches(d.tokens || '|' || d.holders, '(?:G|E):([0-9]+)', 'g') m)`
 
+// liveTicketsSQL counts the live tickets of task d's queue (queue.go: alive while their session's
+// heartbeat, or their queueing, is within their threshold) and the oldest one's queueing time.
+const liveTicketsSQL = `
+    SELECT count(*) AS waiting, min(q.queued) AS oldest
+    FROM (SELECT (regexp_match(t, 'P:([0-9]+)'))[1]::bigint AS session,
+                 timestamptz 'epoch' + (regexp_match(t, 'Q:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS queued,
+                 (regexp_match(t, 'D:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS threshold
+          FROM unnest(string_to_array(nullif(d.queue, ''), '|')) AS t) q
+    LEFT JOIN taskling.session s ON s.id = q.session
+    WHERE clock_timestamp() - greatest(q.queued, s.last_heartbeat) <= q.threshold`
+
 // summarySQL reads the task rows with the liveness of their possible holders (by primary key)
 // and their newest execution (task_execution_task_started_idx).
 var summarySQL = `
@@ -70,8 +85,9 @@ SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
     coalesce(h.ids, '{}'), coalesce(h.alive, '{}'),
-    l.id, l.status, l.started_at
+    l.id, l.status, l.started_at, w.waiting, w.oldest
 FROM taskling.task_definition d
+LEFT JOIN LATERAL (` + liveTicketsSQL + `) w ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(e.id ORDER BY e.id) AS ids, array_agg(` + holdsSQL + ` ORDER BY e.id) AS alive
     FROM ` + executionFrom + `
@@ -121,11 +137,12 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 		lastID     *int64
 		lastStatus *string
 		lastAt     *time.Time
+		oldest     *time.Time
 	)
 	err := row.Scan(&t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
-		&t.DeclaredLimit, &t.DeclaredBy, &ids, &alive, &lastID, &lastStatus, &lastAt)
+		&t.DeclaredLimit, &t.DeclaredBy, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)
 	if err != nil {
 		return t, err
 	}
@@ -136,6 +153,9 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 		t.Limit, t.LimitSource = *t.DeclaredLimit, limitSourceDeclared
 	default:
 		t.LimitSource = limitSourceNone
+	}
+	if oldest != nil {
+		t.OldestWait = *oldest
 	}
 	if lastID != nil {
 		t.LastExecution = &LastExecution{ID: *lastID, Status: *lastStatus, StartedAt: *lastAt}

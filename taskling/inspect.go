@@ -62,6 +62,10 @@ type TaskInfo struct {
 	Fence int64
 	// LastExecution is the newest execution, granted or denied; nil if none.
 	LastExecution *ExecutionRef
+	// Waiting counts the live WaitForSlot starts queued for a slot, fleet-wide; OldestWaitSince
+	// is when the oldest of them queued (database clock; zero if none).
+	Waiting         int
+	OldestWaitSince time.Time
 }
 
 // ExecutionRef names an execution with its status.
@@ -301,6 +305,7 @@ func taskInfoOf(s execution.TaskSummary) TaskInfo {
 	t := TaskInfo{
 		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: LimitSource(s.LimitSource),
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
+		Waiting: s.Waiting, OldestWaitSince: s.OldestWait,
 		Overrides: updateOf(s.Overrides),
 	}
 	if s.DeclaredLimit != nil {

@@ -405,3 +405,28 @@ func TestPercentNeverOverflows(t *testing.T) {
 		require.Equal(t, tc.want, httpapi.Percent(tc.done, tc.total), "%d/%d", tc.done, tc.total)
 	}
 }
+
+// The task views show the queue of waiters: how many, and since when the oldest waits.
+func TestTaskShowsItsWaiters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, nil)
+	b.start(t, "export")
+	var task httpapi.Task
+	b.getJSON(t, "/api/v1/tasks/app/export", &task)
+	require.Zero(t, task.Waiting)
+	require.Nil(t, task.OldestWaitSince)
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.client.StartExecution(ctx, "app", "export", &taskling.StartOptions{WaitForSlot: true})
+		done <- err
+	}()
+	require.Eventually(t, func() bool {
+		b.getJSON(t, "/api/v1/tasks/app/export", &task)
+		return task.Waiting == 1
+	}, 5*time.Second, 20*time.Millisecond)
+	require.NotNil(t, task.OldestWaitSince)
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+}

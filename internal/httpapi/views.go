@@ -29,6 +29,10 @@ type Task struct {
 	Fence         int64          `json:"fence"`
 	Overrides     Overrides      `json:"overrides"`
 	LastExecution *LastExecution `json:"last_execution"`
+	// Waiting counts the live waiters queued for a slot, fleet-wide; OldestWaitSince is when
+	// the oldest queued (null if none).
+	Waiting         int        `json:"waiting"`
+	OldestWaitSince *time.Time `json:"oldest_wait_since"`
 }
 
 // Overrides are the operator's overrides stored in the task row; null fields are not overridden.
@@ -118,6 +122,7 @@ func NewTask(s taskling.TaskInfo) Task {
 		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: string(s.LimitSource),
 		DeclaredLimit: nonZero(s.DeclaredLimit), DeclaredBy: nonEmpty(s.DeclaredBy), Enabled: o.Enabled,
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
+		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince),
 		Overrides: Overrides{
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,

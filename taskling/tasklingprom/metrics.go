@@ -12,6 +12,8 @@
 //
 //	taskling_slots_in_use{task}              slots held by live executions (gauge, from the DB)
 //	taskling_slots_limit{task}               limit in force, -1 unlimited (gauge, from the DB)
+//	taskling_waiting{task}                   live waiters queued for a slot (gauge, from the DB)
+//	taskling_oldest_wait_seconds{task}       how long the oldest of them has waited (gauge)
 //	taskling_grants_total{task}              starts granted a slot
 //	taskling_denials_total{task,reason}      starts denied: reason limit, disabled or duplicate
 //	                                         (a WaitForSlot start counts once, when it gives up)
@@ -46,6 +48,8 @@ type Metrics struct {
 	acquireSeconds    *prometheus.HistogramVec
 	slotsInUse        *prometheus.Desc
 	slotsLimit        *prometheus.Desc
+	waiting           *prometheus.Desc
+	oldestWait        *prometheus.Desc
 	scrapeErrors      prometheus.Counter
 
 	registry *prometheus.Registry
@@ -70,6 +74,8 @@ func New(client *taskling.Client) *Metrics {
 		}, []string{"task"}),
 		slotsInUse: prometheus.NewDesc("taskling_slots_in_use", "Slots held by live executions, read from the database (fleet-wide).", []string{"task"}, nil),
 		slotsLimit: prometheus.NewDesc("taskling_slots_limit", "Concurrency limit in force, read from the database (-1 unlimited).", []string{"task"}, nil),
+		waiting:    prometheus.NewDesc("taskling_waiting", "Live WaitForSlot starts queued for a slot, read from the database (fleet-wide).", []string{"task"}, nil),
+		oldestWait: prometheus.NewDesc("taskling_oldest_wait_seconds", "How long the oldest queued waiter has waited (0 when none).", []string{"task"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "taskling", Name: "metrics_scrape_errors_total",
 			Help: "Scrapes whose database query for the slot gauges failed."}),
 	}
@@ -106,6 +112,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- m.slotsInUse
 	ch <- m.slotsLimit
+	ch <- m.waiting
+	ch <- m.oldestWait
 }
 
 // Collect implements prometheus.Collector. It reads the slot gauges from the database (bounded by
@@ -120,6 +128,12 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			name := t.Application + "/" + t.Task
 			ch <- prometheus.MustNewConstMetric(m.slotsInUse, prometheus.GaugeValue, float64(t.SlotsUsed), name)
 			ch <- prometheus.MustNewConstMetric(m.slotsLimit, prometheus.GaugeValue, float64(t.Limit), name)
+			ch <- prometheus.MustNewConstMetric(m.waiting, prometheus.GaugeValue, float64(t.Waiting), name)
+			age := 0.0
+			if !t.OldestWaitSince.IsZero() {
+				age = max(0, time.Since(t.OldestWaitSince).Seconds())
+			}
+			ch <- prometheus.MustNewConstMetric(m.oldestWait, prometheus.GaugeValue, age, name)
 		}
 	}
 	for _, c := range m.counted() {

@@ -110,3 +110,42 @@ func TestScrapeErrorsAreCountedWhenTheDatabaseIsAway(t *testing.T) {
 	pool.Close()
 	require.Equal(t, 1.0, metricValue(t, m, "taskling_metrics_scrape_errors_total", nil))
 }
+
+// The queue of waiters is visible: its depth and the age of its oldest waiter, fleet-wide.
+func TestMetricsShowTheQueueOfWaiters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host", Defaults: taskling.TaskSettings{
+		ConcurrencyLimit: 1, KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	task := map[string]string{"task": "app/task"}
+	get := func(name string) float64 { return metricValue(t, m, name, task) }
+
+	holder, err := client.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	require.Equal(t, 0.0, get("taskling_waiting"))
+	require.Equal(t, 0.0, get("taskling_oldest_wait_seconds"))
+
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := client.StartExecution(wctx, "app", "task", &taskling.StartOptions{WaitForSlot: true})
+			done <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return get("taskling_waiting") == 2 }, 5*time.Second, 20*time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // longer than the threshold: the waiters' heartbeats keep them queued
+	require.Equal(t, 2.0, get("taskling_waiting"))
+	require.Greater(t, get("taskling_oldest_wait_seconds"), 1.0)
+
+	cancel()
+	for range 2 {
+		require.ErrorIs(t, <-done, context.Canceled)
+	}
+	require.Equal(t, 0.0, get("taskling_waiting"), "waiters that gave up left the queue")
+	require.NoError(t, holder.Complete(ctx))
+}
