@@ -173,6 +173,11 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	fmt.Fprintf(w, "Declared:  %s\n", terminalSafe(declared))
 	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Enabled))
 	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))
+	if d.Waiting > 0 && d.OldestWaitSince != nil {
+		fmt.Fprintf(w, "Waiting:   %d (oldest since %s)\n", d.Waiting, d.OldestWaitSince.UTC().Format(time.RFC3339))
+	} else {
+		fmt.Fprintf(w, "Waiting:   %d\n", d.Waiting)
+	}
 	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)
 	if o := d.Overrides.KeepAliveDeathThreshold; o != nil {
 		fmt.Fprintf(w, "Keep-alive threshold: %s (override)\n", *o)
