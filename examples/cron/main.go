@@ -115,7 +115,7 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 		return err
 	}
 	fmt.Printf("== 3 scheduler processes, task %s/%s, spec %q, for %s; the host running the job is killed with SIGKILL mid-run, then restarted\n", app, task, spec, duration)
-	runs := &runTracker{running: map[string]string{}}
+	runs := &runTracker{running: map[string]run{}}
 	start := func(name string) (*exec.Cmd, error) {
 		cmd := exec.CommandContext(ctx, self, "-scheduler", "-database-url", db.URL, "-name", name)
 		out, err := cmd.StdoutPipe()
@@ -168,7 +168,12 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 // runTracker follows the hosts' output: which host is running the job, for which instant.
 type runTracker struct {
 	mu      sync.Mutex
-	running map[string]string // host -> instant it is running
+	running map[string]run // host -> the run it is in
+}
+
+type run struct {
+	instant string
+	seen    time.Time // when its start was printed
 }
 
 func (r *runTracker) observe(host, line string) {
@@ -177,18 +182,21 @@ func (r *runTracker) observe(host, line string) {
 	fields := strings.Fields(line)
 	switch {
 	case strings.Contains(line, " starts the rollup for ") && len(fields) >= 7:
-		r.running[host] = fields[6] // "15:04:05.000 h1 starts the rollup for 15:04:05 (execution N)"
+		r.running[host] = run{instant: fields[6], seen: time.Now()} // "15:04:05.000 h1 starts the rollup for 15:04:05 (execution N)"
 	case strings.Contains(line, " finished the rollup for "):
 		delete(r.running, host)
 	}
 }
 
-// waitForARun waits until some host is running the job and returns it with the instant.
+// waitForARun waits until some host has just started the job (so that it is still running half
+// a second later) and returns it with the instant.
 func (r *runTracker) waitForARun(ctx context.Context) (host, instant string) {
 	for ctx.Err() == nil {
 		r.mu.Lock()
 		for h, at := range r.running {
-			host, instant = h, at
+			if time.Since(at.seen) < 300*time.Millisecond {
+				host, instant = h, at.instant
+			}
 		}
 		r.mu.Unlock()
 		if host != "" {
