@@ -84,21 +84,29 @@ func TestScheduleHelperProcess(t *testing.T) {
 
 // cronProcess is a running helper process.
 type cronProcess struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bytes.Buffer
-	done  chan struct{}
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bytes.Buffer
+	writer *lockedWriter // stdout and stderr into out
+	done   chan struct{}
 }
 
 func startCronProcess(t *testing.T, url, name string) *cronProcess {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestScheduleHelperProcess$")
 	cmd.Env = append(os.Environ(), helperDBEnv+"="+url, helperHostEnv+"="+name)
+	return startProcess(t, name, cmd)
+}
+
+// startProcess starts a helper process (this test binary) and kills it at cleanup.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd) *cronProcess {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	p := &cronProcess{name: name, cmd: cmd, stdin: stdin, out: &bytes.Buffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = &lockedWriter{w: p.out}, &lockedWriter{w: p.out}
+	p.writer = &lockedWriter{w: p.out}
+	cmd.Stdout, cmd.Stderr = p.writer, p.writer // one lock for both
 	require.NoError(t, cmd.Start())
 	go func() {
 		_ = cmd.Wait()
@@ -109,6 +117,13 @@ func startCronProcess(t *testing.T, url, name string) *cronProcess {
 		<-p.done
 	})
 	return p
+}
+
+// output is what the process printed so far.
+func (p *cronProcess) output() string {
+	p.writer.mu.Lock()
+	defer p.writer.mu.Unlock()
+	return p.out.String()
 }
 
 type lockedWriter struct {
@@ -153,7 +168,7 @@ func TestScheduleChaosExactlyOnceAcrossProcesses(t *testing.T) {
 	defer func() {
 		if t.Failed() {
 			for _, p := range procs {
-				t.Logf("output of %s:\n%s", p.name, p.out.String())
+				t.Logf("output of %s:\n%s", p.name, p.output())
 			}
 		}
 	}()
@@ -178,7 +193,7 @@ func TestScheduleChaosExactlyOnceAcrossProcesses(t *testing.T) {
 			t.Fatalf("%s did not stop", p.name)
 		}
 		if p.cmd.ProcessState.ExitCode() != 0 {
-			t.Errorf("%s exited with %d:\n%s", p.name, p.cmd.ProcessState.ExitCode(), p.out.String())
+			t.Errorf("%s exited with %d:\n%s", p.name, p.cmd.ProcessState.ExitCode(), p.output())
 		}
 	}
 	require.Contains(t, killed.cmd.ProcessState.String(), "killed")
