@@ -1,12 +1,15 @@
 package execution
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A task row keeps, next to its holders, the queue of waiters for a slot:
@@ -164,4 +167,48 @@ func (q *queue) offer(free int) {
 			q.tickets[i].offeredUS = q.nowUS
 		}
 	}
+}
+
+// Waiter is a live ticket of a task's queue, as history shows it.
+type Waiter struct {
+	Ticket   int64
+	Position int // 1: next
+	Priority int
+	Host     string
+	QueuedAt time.Time
+}
+
+// waitersSQL lists task $1's live tickets in queue order (liveness as in liveTicketsSQL).
+const waitersSQL = `
+SELECT q.ticket, q.priority, coalesce(s.host_name, ''), q.queued
+FROM (SELECT (regexp_match(t, 'W:([0-9]+)'))[1]::bigint AS ticket,
+             (regexp_match(t, 'P:([0-9]+)'))[1]::bigint AS session,
+             (regexp_match(t, 'R:(-?[0-9]+)'))[1]::integer AS priority,
+             timestamptz 'epoch' + (regexp_match(t, 'Q:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS queued,
+             (regexp_match(t, 'D:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS threshold,
+             n
+      FROM taskling.task_definition d, unnest(string_to_array(nullif(d.queue, ''), '|')) WITH ORDINALITY AS x(t, n)
+      WHERE d.id = $1) q
+LEFT JOIN taskling.session s ON s.id = q.session
+WHERE clock_timestamp() - greatest(q.queued, s.last_heartbeat) <= q.threshold
+ORDER BY q.n`
+
+// Waiters returns the live waiters queued for a slot of the task, first in line first.
+func (s *Store) Waiters(ctx context.Context, taskID int64) ([]Waiter, error) {
+	rows, err := s.pool.Query(ctx, waitersSQL, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("execution: waiters of task %d: %w", taskID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiter, error) {
+		var w Waiter
+		err := row.Scan(&w.Ticket, &w.Priority, &w.Host, &w.QueuedAt)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("execution: waiters of task %d: %w", taskID, err)
+	}
+	for i := range out {
+		out[i].Position = i + 1
+	}
+	return out, nil
 }

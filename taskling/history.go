@@ -24,9 +24,13 @@ const (
 	// StatusDead: stopped without completing (its death threshold passed, in either death mode),
 	// or its slot was reclaimed by another execution.
 	StatusDead Status = "dead"
+	// StatusWaiting: a WaitForSlot start queued for a slot (LastExecutions only; it has no
+	// execution yet: ID is its ticket, StartedAt when it queued, Position its place in line).
+	StatusWaiting Status = "waiting"
 )
 
-// Statuses are the statuses an execution can have, in the order they are documented.
+// Statuses are the statuses an execution can have, in the order they are documented (the ones
+// history filters take; StatusWaiting is a queued start's, in LastExecutions only).
 var Statuses = [...]Status{StatusInProgress, StatusCompleted, StatusFailed, StatusBlocked, StatusDead}
 
 const statusList = "in_progress, completed, failed, blocked or dead"
@@ -52,6 +56,8 @@ type ExecutionInfo struct {
 	// ScheduledFor is the cron instant a scheduler run (or a Blocked overlap-skipped instant)
 	// was for; zero for other executions.
 	ScheduledFor time.Time
+	// Position is a waiting start's place in the queue for a slot (1: next); 0 otherwise.
+	Position int
 }
 
 func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
@@ -84,20 +90,31 @@ func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
 	return info
 }
 
-// LastExecutions returns the task's last n executions (granted or denied), newest first. A task
-// never started has none.
+// LastExecutions returns the task's last n executions (granted or denied), newest first, after
+// the starts queued for a slot right now (StatusWaiting, in queue order; they count towards n).
+// A task never started has none.
 func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([]ExecutionInfo, error) {
 	id, ok, err := c.historyOf(ctx, app, task, n)
 	if err != nil || !ok {
 		return nil, err
 	}
+	waiters, err := c.store.Waiters(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ExecutionInfo, 0, min(n, 64))
+	for _, w := range waiters[:min(n, len(waiters))] {
+		out = append(out, ExecutionInfo{ID: w.Ticket, Status: StatusWaiting, StartedAt: w.QueuedAt, Host: w.Host, Position: w.Position})
+	}
+	if n -= len(out); n == 0 {
+		return out, nil
+	}
 	rows, err := c.store.LastExecutions(ctx, id, n)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ExecutionInfo, len(rows))
-	for i, r := range rows {
-		out[i] = infoFromRow(r)
+	for _, r := range rows {
+		out = append(out, infoFromRow(r))
 	}
 	return out, nil
 }

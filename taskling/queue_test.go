@@ -190,3 +190,41 @@ func TestFairSharesAcrossProcesses(t *testing.T) {
 	}
 	t.Logf("shares of %d grants: %v", total, shares)
 }
+
+// LastExecutions shows the starts queued right now first, with their place in line.
+func TestLastExecutionsShowsWaitersWithTheirPosition(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	other := newClient(t, b.pool, &taskling.Config{HostName: "other-host", Defaults: fast})
+	holder := b.start(t, nil)
+	first := b.waitIn(b.ctx, other, 0)
+	b.waitQueued(t, 1)
+	second := b.waitIn(b.ctx, b.client, 0)
+	b.waitQueued(t, 2)
+
+	infos, err := b.client.LastExecutions(b.ctx, b.app, b.task, 10)
+	require.NoError(t, err)
+	require.Len(t, infos, 3)
+	require.Equal(t, []taskling.Status{taskling.StatusWaiting, taskling.StatusWaiting, taskling.StatusInProgress},
+		[]taskling.Status{infos[0].Status, infos[1].Status, infos[2].Status})
+	require.Equal(t, []int{1, 2, 0}, []int{infos[0].Position, infos[1].Position, infos[2].Position})
+	require.Equal(t, []string{"other-host", "test-host"}, []string{infos[0].Host, infos[1].Host})
+	require.Equal(t, holder.ID(), infos[2].ID)
+	require.False(t, infos[0].StartedAt.After(infos[1].StartedAt), "queued first")
+
+	infos, err = b.client.LastExecutions(b.ctx, b.app, b.task, 1)
+	require.NoError(t, err)
+	require.Len(t, infos, 1, "waiters count towards n")
+
+	require.NoError(t, holder.Complete(b.ctx))
+	for _, ch := range []<-chan startResult{first, second} {
+		r := <-ch
+		require.NoError(t, r.err)
+		require.NoError(t, r.exec.Complete(b.ctx))
+	}
+	infos, err = b.client.LastExecutions(b.ctx, b.app, b.task, 10)
+	require.NoError(t, err)
+	for _, i := range infos {
+		require.NotEqual(t, taskling.StatusWaiting, i.Status, "nobody waits any more")
+	}
+}

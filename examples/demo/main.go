@@ -130,7 +130,7 @@ func report(ctx context.Context, client *taskling.Client) error {
 	}
 	var spans []span
 	for _, i := range infos {
-		if i.Status == taskling.StatusBlocked {
+		if i.Status == taskling.StatusBlocked || i.Status == taskling.StatusWaiting {
 			continue
 		}
 		end := i.CompletedAt
