@@ -85,6 +85,20 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	t.Cleanup(func() { _ = running.Complete(context.Background()) })
 	_, err = client.StartExecution(ctx, "billing", "export", nil)
 	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	// And a start waiting for that slot, queued until the test ends.
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		if e, err := client.StartExecution(waitCtx, "billing", "export", &taskling.StartOptions{WaitForSlot: true}); err == nil {
+			_ = e.Complete(context.Background())
+		}
+	}()
+	t.Cleanup(func() { stopWaiting(); <-waited })
+	require.Eventually(t, func() bool {
+		d, err := client.Task(ctx, "billing", "export")
+		return err == nil && d.Waiting == 1
+	}, 10*time.Second, 20*time.Millisecond, "the waiter is queued")
 	workCtx, stopWork := context.WithCancel(ctx)
 	workDone := make(chan struct{})
 	go func() {
@@ -139,6 +153,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, row, "billing/export")
 	require.Contains(t, row, "1 / 1")
+	require.Contains(t, row, "1 waiting", "the queue for the slot shows")
 	screenshot(t, bctx, "dashboard-tasks.png")
 
 	// The task page's progress bar moves with the auto-refresh.
@@ -154,6 +169,11 @@ func TestDashboardInARealBrowser(t *testing.T) {
 		moved = progressValue(t, bctx, progress)
 	}
 	require.Greater(t, moved, first, "the progress bar moves without reloading the page")
+	waiting, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#waiting`)))
+	require.NoError(t, err)
+	require.Contains(t, waiting, "1 (the oldest since ", "the task page shows the queue")
+	stopWaiting() // before the limit is raised, so that the slots counted below are known
+	<-waited
 
 	// Raise the limit through the form: the session allows it.
 	require.NoError(t, chromedp.Do(bctx,
