@@ -176,6 +176,15 @@ func TestScheduleChaosExactlyOnceAcrossProcesses(t *testing.T) {
 	// Midway, between two instants, kill p2 without warning; restart it 3 s later.
 	killAt := first.Add(time.Duration(instants/2)*time.Second + 500*time.Millisecond)
 	sleepUntilDB(t, pool, killAt)
+	// Between two runs, not in one: on a loaded machine a run may still be completing half a
+	// second after its instant, and killing its host then makes the next instant an overlap.
+	require.Eventually(t, func() bool {
+		var running bool
+		err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution e
+			WHERE e.scheduled_for IS NOT NULL AND NOT e.blocked
+			  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id))`).Scan(&running)
+		return err == nil && !running
+	}, 5*time.Second, 5*time.Millisecond, "no run ends")
 	require.NoError(t, procs[1].cmd.Process.Kill())
 	<-procs[1].done
 	killed := procs[1]
