@@ -2,6 +2,7 @@ package execution
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -404,7 +405,7 @@ func TestDecideProperties(t *testing.T) {
 			acquires := 0
 			for range rapid.IntRange(1, 6).Draw(t, "requests") {
 				if len(held) > 0 && rapid.Bool().Draw(t, "release") {
-					id := rapid.SampledFrom(idsOf(held)).Draw(t, "releaser")
+					id := rapid.SampledFrom(slices.Sorted(maps.Keys(held))).Draw(t, "releaser")
 					reqs = append(reqs, releaseReq(id, tokenOf[id]))
 					continue
 				}
@@ -492,14 +493,4 @@ func mustTerms2(t *rapid.T, s string, now int64) []term {
 	ts, err := parseTerms(strings.ReplaceAll(s, grantMark, fmt.Sprintf("A:%d", now)))
 	require.NoError(t, err)
 	return ts
-}
-
-// idsOf returns the keys of m in order, so that draws are reproducible.
-func idsOf(m map[int64]bool) []int64 {
-	ids := make([]int64, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
 }

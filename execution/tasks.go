@@ -67,16 +67,8 @@ var holdsSQL = `(x.execution_id IS NULL AND e.completed_at IS NULL AND e.reclaim
 // list's grantees and the executions the holders column names (an unlimited task's holders).
 const possibleHoldersSQL = `(SELECT m[1]::bigint FROM regexp_matches(d.tokens || '|' || d.holders, '(?:G|E):([0-9]+)', 'g') m)`
 
-// liveTicketsSQL counts the live tickets of task d's queue (queue.go: alive while their session's
-// heartbeat, or their queueing, is within their threshold) and the oldest one's queueing time.
-const liveTicketsSQL = `
-    SELECT count(*) AS waiting, min(q.queued) AS oldest
-    FROM (SELECT (regexp_match(t, 'P:([0-9]+)'))[1]::bigint AS session,
-                 timestamptz 'epoch' + (regexp_match(t, 'Q:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS queued,
-                 (regexp_match(t, 'D:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS threshold
-          FROM unnest(string_to_array(nullif(d.queue, ''), '|')) AS t) q
-    LEFT JOIN taskling.session s ON s.id = q.session
-    WHERE clock_timestamp() - greatest(q.queued, s.last_heartbeat) <= q.threshold`
+// liveTicketsSQL counts the live tickets of task d's queue and finds the oldest one's queueing time.
+const liveTicketsSQL = `SELECT count(*) AS waiting, min(q.queued) AS oldest FROM (` + liveTicketRowsSQL + `) q`
 
 // summarySQL reads the task rows with the liveness of their possible holders (by primary key)
 // and their newest execution (task_execution_task_started_idx).

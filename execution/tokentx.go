@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -162,7 +163,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	if len(legacy) > 0 {
 		legacyRows = map[int64]holder{}
-		b.Queue(legacySQL, keys(legacy)).Query(func(rows pgx.Rows) error {
+		b.Queue(legacySQL, slices.Sorted(maps.Keys(legacy))).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id, expiresUS int64
 				var alive bool
@@ -210,15 +211,6 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
-}
-
-func keys(m map[int64]bool) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // writePlans runs round trip 2 and fills in what only the database knows (start times), then

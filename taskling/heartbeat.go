@@ -85,9 +85,7 @@ func (h *heartbeater) startLocked() {
 
 // addWaiter keeps the session alive, at interval or faster, while a waiter's ticket is queued.
 func (h *heartbeater) addWaiter(interval time.Duration) {
-	if interval <= 0 {
-		interval = 5 * time.Second
-	}
+	interval = waiterInterval(interval)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.waiters[interval]++
@@ -96,10 +94,16 @@ func (h *heartbeater) addWaiter(interval time.Duration) {
 	}
 }
 
-func (h *heartbeater) removeWaiter(interval time.Duration) {
-	if interval <= 0 {
-		interval = 5 * time.Second
+// waiterInterval is the heartbeat interval a waiter needs: its settings', else the default.
+func waiterInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 5 * time.Second
 	}
+	return d
+}
+
+func (h *heartbeater) removeWaiter(interval time.Duration) {
+	interval = waiterInterval(interval)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.waiters[interval]--; h.waiters[interval] <= 0 {
