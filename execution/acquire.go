@@ -257,6 +257,9 @@ type AcquireRequest struct {
 	OfferWindow time.Duration
 	// LeaveQueue removes Ticket from the queue (a waiter that gave up); nothing else is done.
 	LeaveQueue bool
+	// Reap takes the slots of every holder judged dead, and grants nothing: the reclaims a grant
+	// would make, without the grant (RecoverSubmissions).
+	Reap bool
 	// NewTokenID makes token ids (tests); nil means uuid.New.
 	NewTokenID func() uuid.UUID
 }

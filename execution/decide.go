@@ -345,6 +345,11 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		res.Denied = DeniedLimit
 		return nil
 	}
+	if req.Reap {
+		d.reap(out)
+		res.Denied = DeniedLimit
+		return nil
+	}
 	res.Effective = d.st.overrides.Apply(req.Declared)
 	res.Overridden = !d.st.overrides.IsZero()
 	if err := res.Effective.Validate("with operator overrides"); err != nil {
@@ -414,6 +419,26 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		d.plan.markWaiting = true
 	}
 	return nil
+}
+
+// reap takes back the slots of the holders judged dead.
+func (d *decider) reap(out *outcome) {
+	for _, t := range d.list.Tokens {
+		if (t.Status == tokens.Held || t.Status == tokens.Retiring) && t.Grantee != 0 && !d.alive(t.Grantee) {
+			var held bool
+			if d.list, held = d.list.Return(t.ID, t.Grantee); held {
+				d.freed = true
+				out.reclaim = append(out.reclaim, d.reclaim(t.Grantee))
+			}
+		}
+	}
+	if d.list.IsUnlimited() { // its holders share one token: their terms are what they hold
+		for _, id := range slices.Clone(d.order) {
+			if _, ok := d.terms[id]; ok && !d.alive(id) {
+				out.reclaim = append(out.reclaim, d.reclaim(id))
+			}
+		}
+	}
 }
 
 // duplicate reports whether an idempotent start with ref must be refused: an execution with it

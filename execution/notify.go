@@ -1,17 +1,17 @@
 package execution
 
 import (
-	"fmt"
-
-	"github.com/taskling-go/taskling/internal/backoff"
-
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskling-go/taskling/internal/backoff"
 )
 
 // Notifier wakes requesters waiting for a slot of a task when a slot is returned or the task's
@@ -30,7 +30,8 @@ type Notifier struct {
 	onError func(err error, retryIn time.Duration) // the listener failed; nil: ignore
 
 	mu      sync.Mutex
-	subs    map[int64][]chan struct{} // per task, oldest first
+	subs    map[int64][]chan struct{}  // per task, oldest first
+	topics  map[string][]chan struct{} // other notifications (SubscribeTopic)
 	running bool
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -42,26 +43,25 @@ type Notifier struct {
 // of every failure of the listener, with the delay before it tries again.
 func NewNotifier(pool *pgxpool.Pool, onError func(err error, retryIn time.Duration)) *Notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, ctx: ctx, cancel: cancel}
+	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, topics: map[string][]chan struct{}{}, ctx: ctx, cancel: cancel}
 }
 
 // Subscribe returns a channel that receives a value (coalesced) whenever taskID may have a free
 // slot, and a function that ends the subscription.
 func (n *Notifier) Subscribe(taskID int64) (<-chan struct{}, func()) {
+	return subscribe(n, n.subs, taskID)
+}
+
+// subscribe adds a subscriber of key to subs (n.subs or n.topics) and starts the listener.
+func subscribe[K comparable](n *Notifier, subs map[K][]chan struct{}, key K) (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	n.mu.Lock()
-	n.subs[taskID] = append(n.subs[taskID], ch)
-	var ready chan struct{}
-	if !n.running && n.ctx.Err() == nil {
-		n.running = true
-		n.done = make(chan struct{})
-		n.ready = make(chan struct{})
-		go n.run()
-	}
-	ready = n.ready
+	subs[key] = append(subs[key], ch)
+	n.startLocked()
+	ready := n.ready
 	n.mu.Unlock()
-	// Wait briefly for LISTEN so a slot returned right after this call is not missed; waiters
-	// poll anyway, so never long.
+	// Wait briefly for LISTEN so a notification sent right after this call is not missed;
+	// subscribers poll anyway, so never long.
 	if ready != nil {
 		select {
 		case <-ready:
@@ -70,19 +70,50 @@ func (n *Notifier) Subscribe(taskID int64) (<-chan struct{}, func()) {
 	}
 	return ch, func() {
 		n.mu.Lock()
-		subs := n.subs[taskID]
-		for i, c := range subs {
-			if c == ch {
-				subs = append(subs[:i:i], subs[i+1:]...)
-				break
-			}
-		}
-		if len(subs) == 0 {
-			delete(n.subs, taskID)
+		defer n.mu.Unlock()
+		rest := slices.DeleteFunc(slices.Clone(subs[key]), func(c chan struct{}) bool { return c == ch })
+		if len(rest) == 0 {
+			delete(subs, key)
 		} else {
-			n.subs[taskID] = subs
+			subs[key] = rest
 		}
-		n.mu.Unlock()
+	}
+}
+
+// Topics other than freed slots, on the same channel.
+
+// SubmittedTopic is notified when a submission of the task starts waiting (it was submitted, or
+// an attempt ended and it waits for another).
+func SubmittedTopic(taskID int64) string { return "s" + strconv.FormatInt(taskID, 10) }
+
+// CancelTopic is notified when an operator cancels the submission.
+func CancelTopic(submissionID int64) string { return "c" + strconv.FormatInt(submissionID, 10) }
+
+// SubscribeTopic returns a channel that receives a value (coalesced) whenever topic is
+// notified, and a function that ends the subscription. Like slot notifications, these are hints:
+// subscribers poll too.
+func (n *Notifier) SubscribeTopic(topic string) (<-chan struct{}, func()) {
+	return subscribe(n, n.topics, topic)
+}
+
+// startLocked starts the listener unless it runs (or the Notifier is closed). Called with mu held.
+func (n *Notifier) startLocked() {
+	if !n.running && n.ctx.Err() == nil {
+		n.running = true
+		n.done = make(chan struct{})
+		n.ready = make(chan struct{})
+		go n.run()
+	}
+}
+
+func (n *Notifier) wakeTopic(topic string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.topics[topic] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -152,6 +183,8 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 		}
 		if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
 			n.wakeTask(id)
+		} else {
+			n.wakeTopic(note.Payload)
 		}
 	}
 }
@@ -205,6 +238,14 @@ func (n *Notifier) wakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, subs := range n.subs {
+		for _, ch := range subs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for _, subs := range n.topics {
 		for _, ch := range subs {
 			select {
 			case ch <- struct{}{}:

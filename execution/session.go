@@ -42,6 +42,8 @@ const (
 	Reclaimed      // judged dead and its slot taken by another requester
 	Ended          // its end is recorded (a release in flight, or a release given up on)
 	Missing        // its row is gone (deleted by hand)
+	// CancelRequested: it still holds its slot, but an operator cancelled the submission it runs.
+	CancelRequested
 )
 
 // heartbeatSQL renews the session, then — in a second statement, whose snapshot follows the
@@ -55,7 +57,10 @@ SELECT x.id, CASE WHEN t.id IS NULL THEN 3 WHEN e.outcome = 3 THEN 1 ELSE 2 END
 FROM unnest($1::bigint[]) AS x(id)
 LEFT JOIN taskling.task_execution t ON t.id = x.id
 LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
-WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
+WHERE t.id IS NULL OR e.execution_id IS NOT NULL
+UNION ALL
+SELECT s.execution_id, 4 FROM taskling.submission s
+WHERE s.execution_id = ANY($1) AND s.status = 2 AND s.cancel_requested_at IS NOT NULL`
 )
 
 // Heartbeat renews session's lease for executions, in one transaction of one round trip, and

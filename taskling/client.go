@@ -77,6 +77,7 @@ type Client struct {
 
 	sched scheduler    // cron registrations (schedule.go)
 	hb    *heartbeater // the session and its heartbeats (heartbeat.go)
+	drain drainer      // runs of Work and RunScheduler, for Shutdown (work.go)
 
 	testHooks struct {
 		claimDenied func() // a scheduler claim was denied for the limit (export_test.go)
@@ -143,6 +144,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		closed:   make(chan struct{}),
 	}
 	c.hb = newHeartbeater(c)
+	c.drain.init()
 	return c, nil
 }
 

@@ -31,4 +31,12 @@ var (
 	// binary does not know, so it refuses to grant (it still completes what it runs). The error
 	// names both protocol versions; see the README's "Upgrading".
 	ErrUpgradeRequired = execution.ErrUpgradeRequired
+	// ErrSubmissionCancelled: an operator cancelled the submission this execution runs. The cause
+	// of Execution.Context()'s cancellation (its message names the submission and the reason).
+	ErrSubmissionCancelled = errors.New("taskling: submission cancelled")
+	// ErrSubmissionFinished: the submission already completed, died or was cancelled.
+	ErrSubmissionFinished = errors.New("taskling: submission already finished")
+	// ErrShuttingDown: the client is draining (Shutdown, or Work's context ended) and the drain's
+	// deadline passed: the cause of a run's cancelled context.
+	ErrShuttingDown = errors.New("taskling: shutting down")
 )

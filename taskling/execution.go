@@ -38,6 +38,9 @@ type Execution struct {
 	idempotent bool
 	// scheduledFor is the cron instant a scheduler run was claimed for (schedule.go).
 	scheduledFor time.Time
+	// submissionID and attempt: the submission this execution runs (work.go), 0 for none.
+	submissionID int64
+	attempt      int
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -121,6 +124,22 @@ func (c leaseContext) Done() <-chan struct{} {
 func (e *Execution) checkLease() {
 	if e.ctx.Err() == nil {
 		e.expireLease()
+	}
+}
+
+// SubmissionID is the submission this execution runs (Work), or 0.
+func (e *Execution) SubmissionID() int64 { return e.submissionID }
+
+// Attempt is which attempt of its submission this execution is (1 for the first), or 0.
+func (e *Execution) Attempt() int { return e.attempt }
+
+// cancelSubmission cancels the work of an execution whose submission an operator cancelled; it
+// keeps its slot until it completes.
+func (e *Execution) cancelSubmission(reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx.Err() == nil && e.submissionID != 0 {
+		e.cancel(&errCancelled{id: e.submissionID, reason: reason})
 	}
 }
 

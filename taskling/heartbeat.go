@@ -235,6 +235,10 @@ func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, 
 	}
 	for _, e := range execs {
 		why, isLost := lost[e.id]
+		if isLost && why == execution.CancelRequested {
+			e.cancelSubmission("")
+			isLost = false
+		}
 		switch {
 		case e.session != session:
 			e.loseLease("its session was replaced: the one it was granted under vanished")

@@ -16,7 +16,8 @@ import (
 
 // RunScheduler runs the cron loop of every task registered on this client (and of those
 // registered while it runs) until ctx ends; then it cancels the runs in progress (their
-// context ends), waits for them to return and returns nil. Every host runs it; none is a
+// context ends), waits for them to return and returns nil. Shutdown instead stops it gracefully:
+// it claims nothing more and lets the runs in progress finish until Shutdown's deadline. Every host runs it; none is a
 // leader. It returns ErrClientClosed when the client is closed, and an error wrapping
 // ErrInvalidArgument if it is already running on this client.
 func (c *Client) RunScheduler(ctx context.Context) error {
@@ -32,6 +33,12 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		s.added = make(chan struct{})
 	}
 	s.mu.Unlock()
+	// Runs outlive the loops: ctx ending cancels them at once; Shutdown lets them finish until
+	// its deadline (drain.ctx).
+	runCtx, cancelRuns := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelRuns(nil)
+	defer context.AfterFunc(ctx, func() { cancelRuns(context.Cause(ctx)) })()
+	defer context.AfterFunc(c.drain.ctx, func() { cancelRuns(ErrShuttingDown) })()
 	ctx, stop := context.WithCancel(ctx)
 	var loops, runs sync.WaitGroup
 	defer func() {
@@ -54,7 +61,7 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 				loops.Add(1)
 				go func() {
 					defer loops.Done()
-					c.scheduleLoop(lctx, ctx, r, &runs)
+					c.scheduleLoop(lctx, runCtx, r, &runs)
 				}()
 			}
 		}
@@ -63,6 +70,8 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-c.drain.stopping:
+			return nil // the deferred waits drain the runs
 		case <-c.closed:
 			return ErrClientClosed
 		case <-added:
@@ -163,6 +172,15 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 		ScheduledFor: &instant, RecordDenial: !waitForSlot,
 		Schedule: &execution.ScheduleClaim{Expected: row.Cursor, Events: events},
 	}
+	if !c.drain.start() { // Shutdown: claim nothing more
+		return maxScheduleSleep, false, nil
+	}
+	started := false
+	defer func() {
+		if !started {
+			c.drain.done()
+		}
+	}()
 	cctx, cancel := claimContext(ctx)
 	res, err := c.acquire(cctx, r.app, r.task, req)
 	cancel()
@@ -171,8 +189,10 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 		exec := c.newExecution(r.app, r.task, req, res, settings, runCtx)
 		exec.scheduledFor = instant
 		runs.Add(1)
+		started = true
 		go func() {
 			defer runs.Done()
+			defer c.drain.done()
 			if err := c.runStarted(runCtx, exec, func(ctx context.Context, e *Execution) error { return r.fn(ctx, e) }); err != nil {
 				c.log.Warn("taskling: scheduled run failed", zap.String("task", r.app+"/"+r.task),
 					zap.Time("scheduled_for", instant), zap.Int64("execution", exec.ID()), zap.Error(err))

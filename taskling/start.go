@@ -62,6 +62,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		opts = &StartOptions{}
 	}
 	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor}
+	var err error
 	if opts.ReferenceValue != "" {
 		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
 			return nil, err
@@ -70,15 +71,8 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	} else if opts.Idempotent {
 		return nil, fmt.Errorf("%w: StartOptions.Idempotent needs a StartOptions.ReferenceValue", ErrInvalidArgument)
 	}
-	if opts.Header != nil {
-		h, err := json.Marshal(opts.Header)
-		if err != nil {
-			return nil, fmt.Errorf("%w: StartOptions.Header cannot be encoded as JSON: %w", ErrInvalidArgument, err)
-		}
-		if len(h) > MaxHeaderLength {
-			return nil, fmt.Errorf("%w: StartOptions.Header is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, len(h), MaxHeaderLength)
-		}
-		req.Header = h
+	if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
+		return nil, err
 	}
 	settings, declared, err := c.declared(ctx, app, task)
 	if err != nil {
@@ -224,6 +218,21 @@ func (c *Client) report(app, task string, req execution.AcquireRequest, res exec
 	case req.RecordDenial: // a waiter's limit denials are counted when it gives up
 		c.hooks.denied(app, task, DenyLimit)
 	}
+}
+
+// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON.
+func encodeHeader(field string, v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	h, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
+	}
+	if len(h) > MaxHeaderLength {
+		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(h), MaxHeaderLength)
+	}
+	return h, nil
 }
 
 // validateText checks a free-form string stored in a text column: valid UTF-8, no NUL byte

@@ -1,0 +1,322 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// SubmissionStatus is where a submission stands.
+type SubmissionStatus string
+
+const (
+	// SubmissionWaiting: waiting for a worker and a slot (also between attempts).
+	SubmissionWaiting SubmissionStatus = "waiting"
+	// SubmissionInProgress: an attempt runs.
+	SubmissionInProgress SubmissionStatus = "in_progress"
+	// SubmissionCompleted: an attempt completed. It is never run again.
+	SubmissionCompleted SubmissionStatus = "completed"
+	// SubmissionDead: its attempts are spent (each failed, or its worker died).
+	SubmissionDead SubmissionStatus = "dead"
+	// SubmissionCancelled: an operator cancelled it.
+	SubmissionCancelled SubmissionStatus = "cancelled"
+)
+
+// SubmissionStatuses lists every status, in lifecycle order.
+var SubmissionStatuses = [...]SubmissionStatus{SubmissionWaiting, SubmissionInProgress, SubmissionCompleted, SubmissionDead, SubmissionCancelled}
+
+var submissionStatusCodes = map[SubmissionStatus]int16{
+	SubmissionWaiting: execution.SubmissionWaiting, SubmissionInProgress: execution.SubmissionInProgress,
+	SubmissionCompleted: execution.SubmissionCompleted, SubmissionDead: execution.SubmissionDead,
+	SubmissionCancelled: execution.SubmissionCancelled,
+}
+
+// ParseSubmissionStatus parses a status name ("waiting", "in_progress", …).
+func ParseSubmissionStatus(s string) (SubmissionStatus, error) {
+	if _, ok := submissionStatusCodes[SubmissionStatus(s)]; ok {
+		return SubmissionStatus(s), nil
+	}
+	return "", fmt.Errorf("%w: submission status %q; want one of %v", ErrInvalidArgument, s, SubmissionStatuses)
+}
+
+func submissionStatusOf(code int16) SubmissionStatus {
+	for s, c := range submissionStatusCodes {
+		if c == code {
+			return s
+		}
+	}
+	return SubmissionStatus(fmt.Sprintf("unknown(%d)", code))
+}
+
+// DefaultMaxAttempts is a submission's MaxAttempts when none is given.
+const DefaultMaxAttempts = 3
+
+// MaxMaxAttempts is the largest MaxAttempts allowed.
+const MaxMaxAttempts = 1000
+
+// SubmitOptions are the options of a submission. A nil *SubmitOptions means all defaults.
+type SubmitOptions struct {
+	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded), handed to
+	// every attempt (Execution.Header).
+	Header any
+	// ReferenceValue makes the submission idempotent: a later Submit of the task with the same
+	// value stores nothing and returns the first one's id, whatever its status. It is also the
+	// attempts' ReferenceValue.
+	ReferenceValue string
+	// Priority orders waiting submissions: higher first, oldest first within a priority. It is
+	// also the priority of the attempt's wait for a slot.
+	Priority int
+	// MaxAttempts bounds how many times it is run: an attempt that fails or whose worker dies
+	// sends it back to waiting until MaxAttempts attempts were made; it is then dead.
+	// Default DefaultMaxAttempts, at most MaxMaxAttempts.
+	MaxAttempts int
+}
+
+// Submit stores a request to run app/task and returns its id at once; its status is waiting
+// until a Work loop on any host takes it. It creates the task on first use.
+func (c *Client) Submit(ctx context.Context, app, task string, opts *SubmitOptions) (int64, error) {
+	sub, err := c.newSubmission(ctx, app, task, opts)
+	if err != nil {
+		return 0, err
+	}
+	id, _, err := execution.InsertSubmission(ctx, c.pool, sub)
+	if err != nil {
+		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
+	}
+	return id, nil
+}
+
+// SubmitTx is Submit inside the caller's transaction tx: the submission exists if and only if
+// tx commits, and workers hear of it on commit. (The task's row, created on first use, is
+// committed on its own.) Under REPEATABLE READ or SERIALIZABLE, a duplicate ReferenceValue
+// submitted concurrently by a transaction tx cannot see is an error; under READ COMMITTED it
+// returns that submission's id.
+func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, app, task string, opts *SubmitOptions) (int64, error) {
+	if tx == nil {
+		return 0, fmt.Errorf("%w: tx is nil", ErrInvalidArgument)
+	}
+	sub, err := c.newSubmission(ctx, app, task, opts)
+	if err != nil {
+		return 0, err
+	}
+	id, _, err := execution.InsertSubmission(ctx, tx, sub)
+	if err != nil {
+		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
+	}
+	return id, nil
+}
+
+func (c *Client) newSubmission(ctx context.Context, app, task string, opts *SubmitOptions) (execution.NewSubmission, error) {
+	var sub execution.NewSubmission
+	if c.isClosed() {
+		return sub, ErrClientClosed
+	}
+	if err := validateTask(app, task); err != nil {
+		return sub, err
+	}
+	if opts == nil {
+		opts = &SubmitOptions{}
+	}
+	sub.Priority, sub.MaxAttempts = opts.Priority, opts.MaxAttempts
+	switch {
+	case sub.MaxAttempts == 0:
+		sub.MaxAttempts = DefaultMaxAttempts
+	case sub.MaxAttempts < 0 || sub.MaxAttempts > MaxMaxAttempts:
+		return sub, fmt.Errorf("%w: SubmitOptions.MaxAttempts is %d; want 1 to %d (0: %d)", ErrInvalidArgument, sub.MaxAttempts, MaxMaxAttempts, DefaultMaxAttempts)
+	}
+	if opts.Priority < -1<<31 || opts.Priority > 1<<31-1 {
+		return sub, fmt.Errorf("%w: SubmitOptions.Priority is %d; it must fit in 32 bits", ErrInvalidArgument, opts.Priority)
+	}
+	if opts.ReferenceValue != "" {
+		if err := validateText("SubmitOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
+			return sub, err
+		}
+		sub.ReferenceValue = &opts.ReferenceValue
+	}
+	var err error
+	if sub.Header, err = encodeHeader("SubmitOptions.Header", opts.Header); err != nil {
+		return sub, err
+	}
+	id, err := c.taskID(ctx, app, task)
+	if err != nil {
+		return sub, err
+	}
+	sub.TaskID = id
+	return sub, nil
+}
+
+// Submission is a submitted run and where it stands.
+type Submission struct {
+	ID          int64            `json:"id"`
+	Application string           `json:"application"`
+	Task        string           `json:"task"`
+	Status      SubmissionStatus `json:"status"`
+	// Position in the task's queue of waiting submissions (1 = next); 0 unless waiting.
+	Position       int             `json:"position"`
+	Priority       int             `json:"priority"`
+	ReferenceValue string          `json:"reference_value,omitempty"`
+	Header         json.RawMessage `json:"header,omitempty"`
+	Attempts       int             `json:"attempts"`
+	MaxAttempts    int             `json:"max_attempts"`
+	// ExecutionID is the execution of the current or last attempt (0: none yet); ItemsDone and
+	// ItemsTotal are its progress (Execution.SetProgress).
+	ExecutionID     int64      `json:"execution_id,omitempty"`
+	ItemsDone       int64      `json:"items_done"`
+	ItemsTotal      int64      `json:"items_total"`
+	LastError       string     `json:"last_error,omitempty"`
+	CancelRequested bool       `json:"cancel_requested"`
+	CancelReason    string     `json:"cancel_reason,omitempty"`
+	SubmittedAt     time.Time  `json:"submitted_at"`
+	UpdatedAt       time.Time  `json:"updated_at"`
+	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+}
+
+func submissionOf(r execution.SubmissionRow) Submission {
+	s := Submission{
+		ID: r.ID, Application: r.Application, Task: r.Task, Status: submissionStatusOf(r.Status), Position: r.Position,
+		Priority: r.Priority, Header: headerJSON(r.Header), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+		CancelRequested: r.CancelRequestedAt != nil, SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
+	}
+	if r.ReferenceValue != nil {
+		s.ReferenceValue = *r.ReferenceValue
+	}
+	if r.ExecutionID != nil {
+		s.ExecutionID = *r.ExecutionID
+	}
+	if r.ItemsDone != nil {
+		s.ItemsDone = *r.ItemsDone
+	}
+	if r.ItemsTotal != nil {
+		s.ItemsTotal = *r.ItemsTotal
+	}
+	if r.LastError != nil {
+		s.LastError = *r.LastError
+	}
+	if r.CancelReason != nil {
+		s.CancelReason = *r.CancelReason
+	}
+	return s
+}
+
+// Submission returns submission id, or an error wrapping ErrNotFound.
+func (c *Client) Submission(ctx context.Context, id int64) (Submission, error) {
+	row, ok, err := c.store.Submission(ctx, id)
+	if err != nil {
+		return Submission{}, err
+	}
+	if !ok {
+		return Submission{}, notFound(fmt.Sprintf("submission %d", id))
+	}
+	return submissionOf(row), nil
+}
+
+// SubmissionFilter selects submissions. A nil *SubmissionFilter means all, newest first, up to
+// 50.
+type SubmissionFilter struct {
+	// Status selects one status; "" means any. Waiting ones come in queue order.
+	Status SubmissionStatus
+	// Before pages: only ids below it (0: from the newest).
+	Before int64
+	// Limit is at most 1000; 0 means 50.
+	Limit int
+}
+
+// Submissions lists the submissions of app/task; an unknown task has none.
+func (c *Client) Submissions(ctx context.Context, app, task string, filter *SubmissionFilter) ([]Submission, error) {
+	if err := validateTask(app, task); err != nil {
+		return nil, err
+	}
+	f := SubmissionFilter{}
+	if filter != nil {
+		f = *filter
+	}
+	var code int16
+	if f.Status != "" {
+		if _, err := ParseSubmissionStatus(string(f.Status)); err != nil {
+			return nil, fmt.Errorf("SubmissionFilter.Status: %w", err)
+		}
+		code = submissionStatusCodes[f.Status]
+	}
+	switch {
+	case f.Limit == 0:
+		f.Limit = 50
+	case f.Limit < 0 || f.Limit > 1000:
+		return nil, fmt.Errorf("%w: SubmissionFilter.Limit is %d; want 1 to 1000 (0: 50)", ErrInvalidArgument, f.Limit)
+	}
+	if f.Before < 0 {
+		return nil, fmt.Errorf("%w: SubmissionFilter.Before is %d", ErrInvalidArgument, f.Before)
+	}
+	id, ok, err := c.store.FindTask(ctx, app, task)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.store.Submissions(ctx, id, execution.SubmissionFilter{Status: code, Before: f.Before, Limit: f.Limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Submission, len(rows))
+	for i, r := range rows {
+		out[i] = submissionOf(r)
+	}
+	return out, nil
+}
+
+// SubmissionAttempts lists the executions that ran submission id, first attempt first.
+func (c *Client) SubmissionAttempts(ctx context.Context, id int64) ([]int64, error) {
+	rows, err := c.store.SubmissionAttempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(rows))
+	for i, r := range rows {
+		out[i] = r.ExecutionID
+	}
+	return out, nil
+}
+
+// MaxCancelReasonLength is the longest cancel reason, in bytes.
+const MaxCancelReasonLength = 2000
+
+// CancelSubmission cancels submission id. A waiting one is cancelled at once and never runs. A
+// running one's Execution.Context() is cancelled with a cause wrapping ErrSubmissionCancelled
+// (within a moment, by notification; at the latest at its next heartbeat); it becomes cancelled
+// when its attempt ends, or completed if the attempt completes anyway. The error wraps
+// ErrNotFound for an unknown id and ErrSubmissionFinished for one already completed, dead or
+// cancelled.
+func (c *Client) CancelSubmission(ctx context.Context, id int64, reason string) (Submission, error) {
+	if err := validateText("reason", reason, MaxCancelReasonLength); err != nil {
+		return Submission{}, err
+	}
+	_, found, err := c.store.CancelSubmission(ctx, id, reason)
+	if err != nil {
+		return Submission{}, err
+	}
+	sub, err := c.Submission(ctx, id)
+	if err != nil {
+		return sub, err
+	}
+	if !found {
+		return sub, fmt.Errorf("%w: submission %d is %s", ErrSubmissionFinished, id, sub.Status)
+	}
+	return sub, nil
+}
+
+// errCancelled is the cause of a cancelled submission's context.
+type errCancelled struct {
+	id     int64
+	reason string
+}
+
+func (e *errCancelled) Error() string {
+	if e.reason == "" {
+		return fmt.Sprintf("taskling: submission %d cancelled by an operator", e.id)
+	}
+	return fmt.Sprintf("taskling: submission %d cancelled by an operator: %s", e.id, e.reason)
+}
+
+func (e *errCancelled) Is(target error) bool { return target == ErrSubmissionCancelled }

@@ -1,0 +1,342 @@
+package taskling_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/taskling"
+)
+
+// work runs Work on c for b's task in the background until the test ends.
+func (b *testBundle) work(t *testing.T, c *taskling.Client, fn func(context.Context, *taskling.Execution) error, opts *taskling.WorkOptions) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Work(ctx, b.app, b.task, fn, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func (b *testBundle) waitStatus(t *testing.T, id int64, want taskling.SubmissionStatus) taskling.Submission {
+	t.Helper()
+	var sub taskling.Submission
+	require.Eventually(t, func() bool {
+		var err error
+		sub, err = b.client.Submission(b.ctx, id)
+		require.NoError(t, err)
+		return sub.Status == want
+	}, 15*time.Second, 10*time.Millisecond, "submission %d to become %s", id, want)
+	return sub
+}
+
+func TestSubmissionRunsOnceWithItsHeaderAndProgress(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: map[string]int{"n": 7}})
+	require.NoError(t, err)
+	sub, err := b.client.Submission(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, taskling.SubmissionWaiting, sub.Status)
+	require.Equal(t, 1, sub.Position)
+	require.Equal(t, taskling.DefaultMaxAttempts, sub.MaxAttempts)
+
+	var runs atomic.Int32
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		runs.Add(1)
+		var h map[string]int
+		if err := e.Header(&h); err != nil || h["n"] != 7 || e.SubmissionID() != id || e.Attempt() != 1 {
+			return fmt.Errorf("header %v (%v), submission %d, attempt %d", h, err, e.SubmissionID(), e.Attempt())
+		}
+		return e.SetProgress(ctx, 3, 4)
+	}, nil)
+	sub = b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.Equal(t, 1, sub.Attempts)
+	require.Equal(t, int64(3), sub.ItemsDone)
+	require.Equal(t, int64(4), sub.ItemsTotal)
+	require.NotNil(t, sub.FinishedAt)
+	require.Empty(t, sub.LastError)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, int32(1), runs.Load(), "a completed submission never runs again")
+	attempts, err := b.client.SubmissionAttempts(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, []int64{sub.ExecutionID}, attempts)
+	info, err := b.client.LastExecutions(b.ctx, b.app, b.task, 1)
+	require.NoError(t, err)
+	require.Equal(t, taskling.StatusCompleted, info[0].Status)
+}
+
+func TestDuplicateReferenceReturnsTheSameSubmission(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	ids := make([]int64, 8)
+	var wg sync.WaitGroup
+	for i := range ids {
+		wg.Go(func() {
+			id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{ReferenceValue: "upload-1"})
+			require.NoError(t, err)
+			ids[i] = id
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		require.Equal(t, ids[0], id)
+	}
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.submission`))
+	other, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{ReferenceValue: "upload-2"})
+	require.NoError(t, err)
+	require.NotEqual(t, ids[0], other)
+}
+
+func TestSubmitTxExistsOnlyIfTheTransactionCommits(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	ran := make(chan int64, 4)
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		ran <- e.SubmissionID()
+		return nil
+	}, nil)
+
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	rolledBack, err := b.client.SubmitTx(b.ctx, tx, b.app, b.task, nil)
+	require.NoError(t, err)
+	require.NoError(t, tx.Rollback(b.ctx))
+	_, err = b.client.Submission(b.ctx, rolledBack)
+	require.ErrorIs(t, err, taskling.ErrNotFound)
+
+	tx, err = b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	committed, err := b.client.SubmitTx(b.ctx, tx, b.app, b.task, nil)
+	require.NoError(t, err)
+	select {
+	case id := <-ran:
+		t.Fatalf("submission %d ran before its transaction committed", id)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, committed, <-ran)
+	b.waitStatus(t, committed, taskling.SubmissionCompleted)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.submission`))
+}
+
+func TestFailingSubmissionIsRetriedThenDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		n := runs.Add(1)
+		if int(n) != e.Attempt() {
+			return fmt.Errorf("run %d is attempt %d", n, e.Attempt())
+		}
+		if n == 2 {
+			panic("boom")
+		}
+		return fmt.Errorf("attempt %d failed", n)
+	}, nil)
+	sub := b.waitStatus(t, id, taskling.SubmissionDead)
+	require.Equal(t, 3, sub.Attempts)
+	require.Equal(t, "attempt 3 failed", sub.LastError)
+	require.Equal(t, int32(3), runs.Load())
+	attempts, err := b.client.SubmissionAttempts(b.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, attempts, 3)
+	for _, exec := range attempts {
+		d, err := b.client.Execution(b.ctx, exec)
+		require.NoError(t, err)
+		require.Equal(t, taskling.StatusFailed, d.Status)
+	}
+}
+
+func TestSubmissionsRunInPriorityThenAgeOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	var ids []int64
+	for _, p := range []int{0, 0, 5, 0, 5} {
+		id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Priority: p})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	sub, err := b.client.Submission(b.ctx, ids[3])
+	require.NoError(t, err)
+	require.Equal(t, 5, sub.Position, "two of priority 5 and two older ones are ahead")
+	waiting, err := b.client.Submissions(b.ctx, b.app, b.task, &taskling.SubmissionFilter{Status: taskling.SubmissionWaiting})
+	require.NoError(t, err)
+	require.Len(t, waiting, 5)
+	require.Equal(t, ids[2], waiting[0].ID)
+
+	var mu sync.Mutex
+	var order []int64
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, e.SubmissionID())
+		return nil
+	}, &taskling.WorkOptions{Workers: 1})
+	b.waitStatus(t, ids[3], taskling.SubmissionCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int64{ids[2], ids[4], ids[0], ids[1], ids[3]}, order)
+}
+
+func TestCancelWaitingAndRunningSubmissions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	running, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	cause := make(chan error, 1)
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return context.Cause(ctx)
+	}, nil)
+	<-started
+	waiting, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	sub, err := b.client.CancelSubmission(b.ctx, waiting, "not needed")
+	require.NoError(t, err)
+	require.Equal(t, taskling.SubmissionCancelled, sub.Status)
+	require.Equal(t, "not needed", sub.CancelReason)
+	_, err = b.client.CancelSubmission(b.ctx, waiting, "again")
+	require.ErrorIs(t, err, taskling.ErrSubmissionFinished)
+	_, err = b.client.CancelSubmission(b.ctx, 1<<40, "")
+	require.ErrorIs(t, err, taskling.ErrNotFound)
+
+	sub, err = b.client.CancelSubmission(b.ctx, running, "operator said so")
+	require.NoError(t, err)
+	require.True(t, sub.CancelRequested)
+	select {
+	case err := <-cause:
+		require.ErrorIs(t, err, taskling.ErrSubmissionCancelled)
+		require.ErrorContains(t, err, "operator said so")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the running submission's context was not cancelled")
+	}
+	sub = b.waitStatus(t, running, taskling.SubmissionCancelled)
+	require.Equal(t, 1, sub.Attempts)
+}
+
+// A submission whose worker died mid-run (no heartbeat, nothing else wants a slot) goes back to
+// waiting once the holder is judged dead, and runs again elsewhere.
+func TestSubmissionOfADeadWorkerRunsAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(5))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	dying := newClient(t, b.pool, withLimit(5))
+	started := make(chan *taskling.Execution, 1)
+	hang := make(chan struct{})
+	b.work(t, dying, func(ctx context.Context, e *taskling.Execution) error {
+		started <- e
+		e.StopHeartbeatForTest() // the process freezes: no heartbeat, no release
+		<-hang
+		return nil
+	}, nil)
+	t.Cleanup(func() { close(hang) })
+	first := <-started
+	var second atomic.Int64
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		second.Store(int64(e.Attempt()))
+		return nil
+	}, nil)
+	sub := b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.Equal(t, 2, sub.Attempts)
+	require.Equal(t, int64(2), second.Load())
+	require.NotEqual(t, first.ID(), sub.ExecutionID)
+}
+
+func TestShutdownLetsRunningSubmissionsFinish(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(2))
+	c := newClient(t, b.pool, withLimit(2))
+	for range 3 {
+		_, err := c.Submit(b.ctx, b.app, b.task, nil)
+		require.NoError(t, err)
+	}
+	release := make(chan struct{})
+	var started, finished atomic.Int32
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Work(context.Background(), b.app, b.task, func(ctx context.Context, e *taskling.Execution) error {
+			started.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			finished.Add(1)
+			return nil
+		}, &taskling.WorkOptions{Workers: 2})
+	}()
+	require.Eventually(t, func() bool { return started.Load() == 2 }, 10*time.Second, 5*time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- c.Shutdown(context.Background()) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with runs in progress: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-shut)
+	require.NoError(t, <-done)
+	require.Equal(t, int32(2), finished.Load())
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.submission WHERE status = 1 AND claimed_by IS NULL`), "the third was not taken")
+}
+
+func TestShutdownDeadlineCancelsRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- b.client.Work(context.Background(), b.app, b.task, func(ctx context.Context, e *taskling.Execution) error {
+			close(started)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, nil)
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	err = b.client.Shutdown(ctx)
+	require.ErrorIs(t, err, taskling.ErrShuttingDown)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, <-done)
+	sub := b.waitStatus(t, id, taskling.SubmissionWaiting)
+	require.Contains(t, sub.LastError, "shutting down")
+}
+
+func TestSubmitRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	for name, opts := range map[string]*taskling.SubmitOptions{
+		"SubmitOptions.MaxAttempts":    {MaxAttempts: -1},
+		"SubmitOptions.ReferenceValue": {ReferenceValue: "a\x00b"},
+		"SubmitOptions.Header":         {Header: func() {}},
+	} {
+		_, err := b.client.Submit(b.ctx, b.app, b.task, opts)
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, name)
+		require.ErrorContains(t, err, name)
+	}
+	_, err := b.client.Submit(b.ctx, "", b.task, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	err = b.client.Work(b.ctx, b.app, b.task, nil, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	err = b.client.Work(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { return nil }, &taskling.WorkOptions{Workers: -1})
+	require.ErrorContains(t, err, "WorkOptions.Workers")
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM taskling.submission`))
+}

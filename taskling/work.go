@@ -1,0 +1,361 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// WorkOptions configure Work. A nil *WorkOptions means all defaults.
+type WorkOptions struct {
+	// Workers is how many submissions this call runs at once on this host (each in a slot of
+	// the task, so the task's limit still bounds the fleet). Default 1, at most 10 000.
+	Workers int
+	// DrainTimeout is how long running submissions may go on once Work's ctx has ended, before
+	// their contexts are cancelled with ErrShuttingDown. Default 30s.
+	DrainTimeout time.Duration
+}
+
+// Work runs the submissions of app/task on this host (Submit), oldest first within the highest
+// priority, each as an execution of the task: it claims a waiting submission, waits in the
+// task's queue for a slot (WaitForSlot, at the submission's priority), and runs fn under the
+// granted execution as Run does — its context, lease loss, fencing token, progress and Header
+// (the submission's) are the execution's; SubmissionID and Attempt say which submission and
+// attempt it is.
+//
+// fn returning nil completes the submission, in the same transaction that returns the slot: a
+// completed submission never runs again. fn returning an error (or panicking), or its process
+// dying at any point, sends it back to waiting for another attempt, until MaxAttempts attempts
+// were made; it is then dead.
+//
+// When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
+// for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
+// ErrShuttingDown, waits for them to return and returns nil. It returns ErrClientClosed if the
+// client is closed.
+func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context.Context, exec *Execution) error, opts *WorkOptions) error {
+	if fn == nil {
+		return fmt.Errorf("%w: fn is nil", ErrInvalidArgument)
+	}
+	if err := validateTask(app, task); err != nil {
+		return err
+	}
+	o := WorkOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.Workers == 0:
+		o.Workers = 1
+	case o.Workers < 0 || o.Workers > 10000:
+		return fmt.Errorf("%w: WorkOptions.Workers is %d; want 1 to 10000 (0: 1)", ErrInvalidArgument, o.Workers)
+	}
+	switch {
+	case o.DrainTimeout == 0:
+		o.DrainTimeout = 30 * time.Second
+	case o.DrainTimeout < 0:
+		return fmt.Errorf("%w: WorkOptions.DrainTimeout is %s; must not be negative", ErrInvalidArgument, o.DrainTimeout)
+	}
+	if c.isClosed() {
+		return ErrClientClosed
+	}
+	taskID, err := c.taskID(ctx, app, task)
+	if err != nil {
+		return err
+	}
+	w := &worker{c: c, app: app, task: task, taskID: taskID, fn: fn}
+	// stop ends the taking of submissions; runCtx, the running ones, DrainTimeout later.
+	stopCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	runCtx, cancelRuns := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelRuns(nil)
+	defer context.AfterFunc(c.drain.ctx, func() { cancelRuns(ErrShuttingDown) })()
+	go func() {
+		select {
+		case <-stopCtx.Done():
+		case <-c.drain.stopping:
+			stop()
+			return // Shutdown cancels the runs at its own deadline
+		}
+		t := time.NewTimer(o.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancelRuns(ErrShuttingDown)
+		case <-runCtx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	for range o.Workers {
+		wg.Go(func() { w.loop(stopCtx, runCtx) })
+	}
+	wg.Go(func() { w.recoverLoop(stopCtx) })
+	select {
+	case <-stopCtx.Done():
+	case <-c.closed:
+		stop()
+		wg.Wait()
+		return ErrClientClosed
+	}
+	wg.Wait()
+	return nil
+}
+
+// worker runs one Work call's submissions.
+type worker struct {
+	c         *Client
+	app, task string
+	taskID    int64
+	fn        func(ctx context.Context, exec *Execution) error
+}
+
+// loop claims and runs submissions one after another until stopCtx ends.
+func (w *worker) loop(stopCtx, runCtx context.Context) {
+	wake, unsubscribe := w.c.notifier.SubscribeTopic(execution.SubmittedTopic(w.taskID))
+	defer unsubscribe()
+	failures := 0
+	for stopCtx.Err() == nil {
+		ran, err := w.next(stopCtx, runCtx)
+		switch {
+		case err != nil && stopCtx.Err() == nil:
+			failures++
+			w.c.log.Warn("taskling: could not take a submission; retrying", zap.String("task", w.app+"/"+w.task), zap.Error(err))
+		case ran:
+			failures = 0
+			continue
+		default:
+			failures = 0
+		}
+		wait := w.c.maxPoll
+		if failures > 0 {
+			wait = min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
+		}
+		select {
+		case <-stopCtx.Done():
+		case <-wake:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// next claims the first waiting submission, waits for a slot for it and runs it; ran is false
+// when there was nothing to claim.
+func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
+	c := w.c
+	if !c.drain.start() {
+		<-stopCtx.Done() // Shutdown: take nothing more
+		return false, nil
+	}
+	defer c.drain.done()
+	settings, _, err := c.declared(stopCtx, w.app, w.task)
+	if err != nil {
+		return false, err
+	}
+	session, err := c.hb.sessionID(stopCtx)
+	if err != nil {
+		return false, err
+	}
+	// The claim lives by this session's heartbeats, kept going while this worker waits.
+	c.hb.addWaiter(settings.KeepAliveInterval)
+	defer c.hb.removeWaiter(settings.KeepAliveInterval)
+	sub, err := c.store.ClaimSubmission(stopCtx, w.taskID, session, settings.KeepAliveDeathThreshold)
+	if err != nil || sub == nil {
+		return false, err
+	}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority}
+	if sub.Header != nil {
+		opts.Header = json.RawMessage(sub.Header)
+	}
+	if sub.Reference != nil {
+		opts.ReferenceValue = *sub.Reference
+	}
+	exec, err := c.StartExecution(stopCtx, w.app, w.task, opts)
+	if err != nil {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
+		defer cancel()
+		if uerr := c.store.UnclaimSubmission(uctx, sub.ID, session); uerr != nil {
+			c.log.Warn("taskling: could not give a claimed submission back; it is taken again once the claim lapses",
+				zap.Int64("submission", sub.ID), zap.Error(uerr))
+		}
+		if stopCtx.Err() != nil {
+			return false, nil
+		}
+		return false, err
+	}
+	attempt, ok, err := c.store.LinkSubmission(runCtx, sub.ID, exec.session, exec.id)
+	if err != nil || !ok {
+		// Cancelled, or taken by another worker, while this one waited: nothing to run.
+		if cerr := exec.Complete(context.WithoutCancel(runCtx)); cerr != nil && err == nil {
+			err = cerr
+		}
+		return err == nil, err
+	}
+	exec.mu.Lock()
+	exec.submissionID, exec.attempt = sub.ID, attempt
+	exec.mu.Unlock()
+	w.run(runCtx, exec)
+	return true, nil
+}
+
+// run runs one attempt under exec.
+func (w *worker) run(runCtx context.Context, exec *Execution) {
+	c := w.c
+	cancelled, unsubscribe := c.notifier.SubscribeTopic(execution.CancelTopic(exec.submissionID))
+	defer unsubscribe()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case <-cancelled:
+			reason := ""
+			if sub, err := c.Submission(exec.ctx, exec.submissionID); err == nil {
+				reason = sub.CancelReason
+			}
+			exec.cancelSubmission(reason)
+		case <-watchDone:
+		case <-exec.ctx.Done():
+		}
+	}()
+	err := c.runStarted(runCtx, exec, func(ctx context.Context, e *Execution) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+			if err != nil {
+				// Recorded before the end, which settles the submission in its own transaction.
+				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if serr := c.store.SetSubmissionError(ectx, e.submissionID, e.id, truncate(cleanText(err.Error()))); serr != nil {
+					c.log.Warn("taskling: could not record a submission's error", zap.Int64("submission", e.submissionID), zap.Error(serr))
+				}
+			}
+		}()
+		return w.fn(ctx, e)
+	})
+	if err != nil && !errors.Is(err, ErrSubmissionCancelled) {
+		c.log.Warn("taskling: submission attempt failed", zap.String("task", w.app+"/"+w.task),
+			zap.Int64("submission", exec.submissionID), zap.Int("attempt", exec.attempt), zap.Int64("execution", exec.id), zap.Error(err))
+	}
+}
+
+// recoverLoop settles, every few poll intervals, the task's submissions whose attempt no live
+// execution runs any more (its holder died and nothing needed its slot since).
+func (w *worker) recoverLoop(stopCtx context.Context) {
+	c := w.c
+	every := 2 * c.maxPoll
+	for {
+		if err := w.recover(stopCtx); err != nil && stopCtx.Err() == nil {
+			c.log.Warn("taskling: could not recover submissions", zap.String("task", w.app+"/"+w.task), zap.Error(err))
+		}
+		select {
+		case <-stopCtx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+func (w *worker) recover(ctx context.Context) error {
+	c := w.c
+	_, declared, err := c.declared(ctx, w.app, w.task)
+	if err != nil {
+		return err
+	}
+	session, err := c.hb.sessionID(ctx)
+	if err != nil {
+		return err
+	}
+	req := execution.AcquireRequest{TaskID: w.taskID, TaskName: w.app + "/" + w.task, Host: c.host, SessionID: session, Declared: declared}
+	_, err = c.store.RecoverSubmissions(ctx, w.taskID, req)
+	return err
+}
+
+// drainer tracks the runs of Work and RunScheduler, for Shutdown.
+type drainer struct {
+	mu       sync.Mutex
+	n        int
+	idle     chan struct{} // closed while n == 0; replaced when a run starts
+	stopped  bool
+	stopping chan struct{}
+	ctx      context.Context // cancelled when Shutdown's deadline passes
+	cancel   context.CancelCauseFunc
+	once     sync.Once
+}
+
+func (d *drainer) init() {
+	d.idle = make(chan struct{})
+	close(d.idle)
+	d.stopping = make(chan struct{})
+	d.ctx, d.cancel = context.WithCancelCause(context.Background())
+}
+
+// start counts a run that is about to start; false once Shutdown was called.
+func (d *drainer) start() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return false
+	}
+	if d.n == 0 {
+		d.idle = make(chan struct{})
+	}
+	d.n++
+	return true
+}
+
+func (d *drainer) done() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.n--
+	if d.n == 0 {
+		close(d.idle)
+	}
+}
+
+// runContext is ctx, also cancelled with ErrShuttingDown when Shutdown's deadline passes.
+func (d *drainer) runContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(d.ctx, func() { cancel(context.Cause(d.ctx)) })
+	return rctx, func() { stop(); cancel(nil) }
+}
+
+// Shutdown drains the client for a graceful exit (on SIGTERM): Work and RunScheduler stop taking
+// new runs at once, and Shutdown waits for the runs in progress to return. If ctx ends first,
+// their contexts are cancelled with ErrShuttingDown, Shutdown waits for them to return (each
+// records its end and returns its slot) and returns an error wrapping ErrShuttingDown and ctx's
+// error. Work and RunScheduler calls return once their runs are done. Close the client after.
+func (c *Client) Shutdown(ctx context.Context) error {
+	d := &c.drain
+	d.once.Do(func() {
+		d.mu.Lock()
+		d.stopped = true
+		d.mu.Unlock()
+		close(d.stopping)
+	})
+	d.mu.Lock()
+	idle := d.idle
+	d.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+	}
+	d.cancel(ErrShuttingDown)
+	for {
+		d.mu.Lock()
+		idle, n := d.idle, d.n
+		d.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		<-idle
+	}
+	return fmt.Errorf("%w: runs still in progress at the deadline were cancelled: %w", ErrShuttingDown, ctx.Err())
+}
