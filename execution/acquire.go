@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -147,6 +148,26 @@ FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::smallint[]
             $16::bigint[], $17::timestamptz[])
     AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)`
 
+// linkSubmissionsSQL starts an attempt of each claimed submission under the execution granted
+// for it ($1 submissions, $2 the sessions that claimed them, $3 the executions); a submission
+// cancelled meanwhile, or whose claim lapsed and went to another worker, is left alone.
+const linkSubmissionsSQL = `
+WITH s AS (
+    UPDATE taskling.submission s
+    SET status = 2, attempts = s.attempts + 1, execution_id = r.exec, claimed_by = NULL, updated_at = clock_timestamp()
+    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS r(sub, session, exec, task)
+    WHERE s.id = r.sub AND s.status = 1 AND s.claimed_by = r.session %s
+    RETURNING s.id, s.attempts, r.exec
+)
+INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id)
+SELECT id, attempts, exec FROM s
+RETURNING execution_id, attempt`
+
+var (
+	linkSQL     = fmt.Sprintf(linkSubmissionsSQL, "")
+	fastLinkSQL = fmt.Sprintf(linkSubmissionsSQL, "AND "+fmt.Sprintf(writtenSQL, "r.task"))
+)
+
 // claimRefsSQL claims the idempotent references granted now (over a claim that did not
 // succeed and whose execution no longer runs).
 const claimRefsSQL = `
@@ -204,13 +225,30 @@ UPDATE taskling.reference_claim c SET succeeded = true
 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(task, ref, exec)
 WHERE c.task_id = r.task AND c.reference_value = r.ref AND c.execution_id = r.exec`
 
-// notifySQL announces freed slots of the tasks to waiters (notifyChannel, payload the task id).
-const notifySQL = `SELECT pg_notify('` + notifyChannel + `', t::text) FROM unnest($1::bigint[]) AS t`
+// notifySQL announces freed slots of the tasks to waiters (notifyChannel; payloads from
+// notifyPayload).
+const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::text[]) AS p`
 
 // fastNotifySQL announces the slots freed in the tasks this transaction wrote (casTasksSQL) to
 // their waiters, if any.
-var fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', d.id::text) FROM taskling.task_definition d
-WHERE d.id = ANY($1) AND d.waiters_until > clock_timestamp() AND ` + fmt.Sprintf(writtenSQL, "d.id")
+var fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', u.p)
+FROM unnest($1::bigint[], $2::text[]) AS u(id, p) JOIN taskling.task_definition d ON d.id = u.id
+WHERE d.waiters_until > clock_timestamp() AND ` + fmt.Sprintf(writtenSQL, "d.id")
+
+// notifyPayload is a freed slot's notification: the task id, then the tickets the slot is
+// offered to ("12:40,41"), so that only their waiters wake instead of every waiter of the task.
+func notifyPayload(taskID int64, offered []int64) string {
+	p := strconv.FormatInt(taskID, 10)
+	for i, t := range offered {
+		if i == 0 {
+			p += ":"
+		} else {
+			p += ","
+		}
+		p += strconv.FormatInt(t, 10)
+	}
+	return p
+}
 
 // notifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced.
 const notifyChannel = "taskling_slots"
@@ -257,6 +295,9 @@ type AcquireRequest struct {
 	OfferWindow time.Duration
 	// LeaveQueue removes Ticket from the queue (a waiter that gave up); nothing else is done.
 	LeaveQueue bool
+	// Submission is a waiting submission claimed by SessionID (ClaimSubmissions): a grant
+	// starts its next attempt under the execution, in the same transaction (AcquireResult.Attempt).
+	Submission int64
 	// Reap takes the slots of every holder judged dead, and grants nothing: the reclaims a grant
 	// would make, without the grant (RecoverSubmissions).
 	Reap bool
@@ -284,6 +325,9 @@ type AcquireResult struct {
 	// Reclaimed lists the dead holders whose slots this acquisition took or removed (set once
 	// the transaction committed).
 	Reclaimed []int64
+	// Attempt is the attempt of AcquireRequest.Submission the grant started; 0 when it did not
+	// (the submission was cancelled, or its claim lapsed and another worker took it).
+	Attempt int
 	// ConflictingDeclaration is the different limit another host had declared, if any.
 	ConflictingDeclaration *Declaration
 	// SentAt is the local time just before the round trip that wrote the grant was sent: the

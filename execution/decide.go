@@ -112,6 +112,7 @@ type txPlan struct {
 	succeeded     []int     // idempotent releases that mark their claim succeeded
 	claims        []int     // acquire requests whose schedule claim is written
 	notify        bool      // a slot went back and someone waits
+	offered       []int64   // the tickets a freed slot is offered to (the notification names them)
 	results       []outcome // one per request
 }
 
@@ -182,7 +183,12 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 	}
 	d.settleTerms(acquires)
 	if len(d.queue.tickets) > 0 {
-		d.queue.offer(d.free())
+		d.plan.offered = d.queue.offer(d.free())
+		for i, r := range reqs {
+			if r.release != nil {
+				d.plan.results[i].release.Offered = d.plan.offered
+			}
+		}
 	}
 	if d.tripped {
 		return txPlan{}, errBlind
@@ -341,6 +347,9 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	}
 	res := &out.acquire
 	if req.LeaveQueue {
+		if pos := d.queue.position(req.Ticket); pos >= 0 && pos < d.free() {
+			d.freed = true // its offer passes to the next ticket: tell that waiter
+		}
 		d.queue.remove(req.Ticket)
 		res.Denied = DeniedLimit
 		return nil

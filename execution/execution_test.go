@@ -188,7 +188,7 @@ func TestReleaseIsIdentityChecked(t *testing.T) {
 	require.Equal(t, execution.NotDenied, second.Denied)
 	require.Equal(t, []int64{first.ExecutionID}, second.Reclaimed)
 
-	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{first.ExecutionID})
+	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{first.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{first.ExecutionID: execution.Reclaimed}, lost, "a reclaimed execution learns it at its next heartbeat")
@@ -361,7 +361,7 @@ func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
 	r2.TaskID, r2.TaskName = other, "app/other"
 	e2, err := b.store.Acquire(b.ctx, r2)
 	require.NoError(t, err)
-	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID})
+	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Empty(t, lost)
@@ -372,7 +372,7 @@ func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{e1.ExecutionID}, taken.Reclaimed)
 
-	lost, renewed, err = b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID})
+	lost, renewed, err = b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{e1.ExecutionID: execution.Reclaimed}, lost)

@@ -225,16 +225,18 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 	if len(w.execs.ids) > 0 {
 		b.Queue(fastInsertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
 	}
+	w.queueLinks(b, fastLinkSQL)
 	// A slot freed is announced if the cached row has waiters: had one marked the row since,
 	// its version would differ, and a mark seen expired stays expired.
 	var freed []int64
+	var payloads []string
 	for _, id := range ids {
 		if plans[id].notify {
-			freed = append(freed, id)
+			freed, payloads = append(freed, id), append(payloads, notifyPayload(id, plans[id].offered))
 		}
 	}
 	if len(freed) > 0 {
-		b.Queue(fastNotifySQL, freed)
+		b.Queue(fastNotifySQL, freed, payloads)
 	}
 	if s.cache.lowOnIDs() {
 		b.Queue(reserveIDsSQL, reserveAhead).Query(func(rows pgx.Rows) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ type Notifier struct {
 	mu      sync.Mutex
 	subs    map[int64][]chan struct{}  // per task, oldest first
 	topics  map[string][]chan struct{} // other notifications (SubscribeTopic)
+	tickets map[<-chan struct{}]int64  // a subscriber's ticket in its task's queue (SetTicket)
 	running bool
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -43,7 +45,7 @@ type Notifier struct {
 // of every failure of the listener, with the delay before it tries again.
 func NewNotifier(pool *pgxpool.Pool, onError func(err error, retryIn time.Duration)) *Notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, topics: map[string][]chan struct{}{}, ctx: ctx, cancel: cancel}
+	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, topics: map[string][]chan struct{}{}, tickets: map[<-chan struct{}]int64{}, ctx: ctx, cancel: cancel}
 }
 
 // Subscribe returns a channel that receives a value (coalesced) whenever taskID may have a free
@@ -71,6 +73,7 @@ func subscribe[K comparable](n *Notifier, subs map[K][]chan struct{}, key K) (<-
 	return ch, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
+		delete(n.tickets, ch)
 		rest := slices.DeleteFunc(slices.Clone(subs[key]), func(c chan struct{}) bool { return c == ch })
 		if len(rest) == 0 {
 			delete(subs, key)
@@ -115,6 +118,16 @@ func (n *Notifier) wakeTopic(topic string) {
 		default:
 		}
 	}
+}
+
+// PassOffered wakes this process's waiters of taskID holding the offered tickets (and those
+// without a ticket yet); with none offered, the next waiter, as Pass.
+func (n *Notifier) PassOffered(taskID int64, offered []int64) {
+	if len(offered) == 0 {
+		n.wake(taskID)
+		return
+	}
+	n.wakeOffered(taskID, offered)
 }
 
 // Pass wakes the next waiter of taskID: a waiter calls it when it got a slot or stopped waiting,
@@ -181,8 +194,8 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 		if err != nil {
 			return true, fmt.Errorf("wait for notifications: %w", err)
 		}
-		if id, err := strconv.ParseInt(note.Payload, 10, 64); err == nil {
-			n.wakeTask(id)
+		if id, offered, ok := parseSlotPayload(note.Payload); ok {
+			n.wakeOffered(id, offered)
 		} else {
 			n.wakeTopic(note.Payload)
 		}
@@ -213,22 +226,59 @@ func connectLike(ctx context.Context, pool *pgxpool.Pool) (*pgx.Conn, error) {
 }
 
 // wake signals the longest-waiting subscriber of taskID that has no wake-up pending.
-func (n *Notifier) wake(taskID int64) { n.wakeSubs(taskID, false) }
+func (n *Notifier) wake(taskID int64) { n.wakeSubs(taskID) }
 
-// wakeTask wakes every waiter of the task: the slot goes to the first tickets in the task's
-// queue, whichever of them wait here.
-func (n *Notifier) wakeTask(taskID int64) { n.wakeSubs(taskID, true) }
+// SetTicket records the ticket the subscriber ch (Subscribe) holds in its task's queue: a freed
+// slot's notification then wakes it only if the slot is offered to that ticket.
+func (n *Notifier) SetTicket(ch <-chan struct{}, ticket int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.tickets[ch] = ticket
+}
 
-// wakeSubs wakes the first waiter of the task that is not awake yet, or all of them.
-func (n *Notifier) wakeSubs(taskID int64, all bool) {
+// parseSlotPayload parses a freed slot's notification (notifyPayload): "12" or "12:40,41".
+func parseSlotPayload(p string) (taskID int64, offered []int64, ok bool) {
+	head, list, hasList := strings.Cut(p, ":")
+	id, err := strconv.ParseInt(head, 10, 64)
+	if err != nil {
+		return 0, nil, false
+	}
+	if hasList {
+		for _, f := range strings.Split(list, ",") {
+			t, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return id, nil, true // unreadable: wake everyone
+			}
+			offered = append(offered, t)
+		}
+	}
+	return id, offered, true
+}
+
+// wakeOffered wakes the waiters of the task the freed slot is offered to, and those that hold no
+// ticket (yet); with no offers named, every waiter of the task.
+func (n *Notifier) wakeOffered(taskID int64, offered []int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, ch := range n.subs[taskID] {
+		if t := n.tickets[ch]; len(offered) > 0 && t != 0 && !slices.Contains(offered, t) {
+			continue
+		}
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeSubs wakes the first waiter of the task that is not awake yet.
+func (n *Notifier) wakeSubs(taskID int64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, ch := range n.subs[taskID] {
 		select {
 		case ch <- struct{}{}:
-			if !all {
-				return
-			}
+			return
 		default:
 		}
 	}

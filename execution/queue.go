@@ -157,16 +157,20 @@ func (q *queue) prune(heartbeats map[int64]int64) {
 	}
 }
 
-// offer marks the first free tickets as offered (from now, unless they already were).
-func (q *queue) offer(free int) {
+// offer marks the first free tickets as offered (from now, unless they already were) and returns
+// them: the waiters a freed slot's notification is for.
+func (q *queue) offer(free int) []int64 {
+	var offered []int64
 	for i := range q.tickets {
 		if i >= free {
-			return
+			break
 		}
 		if q.tickets[i].offeredUS == 0 {
 			q.tickets[i].offeredUS = q.nowUS
 		}
+		offered = append(offered, q.tickets[i].id)
 	}
+	return offered
 }
 
 // Waiter is a live ticket of a task's queue, as history shows it.

@@ -37,6 +37,9 @@ type ReleaseResult struct {
 	// LeaseLost: the slot had been taken from the execution (it was judged dead and reclaimed, or
 	// its token was removed); nothing that now belongs to another execution was touched.
 	LeaseLost bool
+	// Offered are the tickets of the task's queue a free slot is offered to once the release
+	// committed: the releasing process wakes its own waiters holding them at once.
+	Offered []int64
 }
 
 // Release runs the release transaction, together with the other token operations this process

@@ -57,16 +57,21 @@ SELECT x.id, CASE WHEN t.id IS NULL THEN 3 WHEN e.outcome = 3 THEN 1 ELSE 2 END
 FROM unnest($1::bigint[]) AS x(id)
 LEFT JOIN taskling.task_execution t ON t.id = x.id
 LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
-WHERE t.id IS NULL OR e.execution_id IS NOT NULL
-UNION ALL
-SELECT s.execution_id, 4 FROM taskling.submission s
+WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
+	// cancelledSQL reports the submission runs among the executions whose submission an
+	// operator cancelled (sent only for submission runs: a heartbeat without any works on a
+	// database not yet migrated to submissions).
+	cancelledSQL = `
+SELECT s.execution_id FROM taskling.submission s
 WHERE s.execution_id = ANY($1) AND s.status = 2 AND s.cancel_requested_at IS NOT NULL`
 )
 
 // Heartbeat renews session's lease for executions, in one transaction of one round trip, and
 // returns those of them that no longer hold their slot. renewed is false when the session row is
 // gone (every execution of the session must stop).
-func (s *Store) Heartbeat(ctx context.Context, session int64, executions []int64) (lost map[int64]Lost, renewed bool, err error) {
+// submissionRuns, a subset of executions, run submissions: a cancelled one is reported
+// CancelRequested.
+func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submissionRuns []int64) (lost map[int64]Lost, renewed bool, err error) {
 	lost = map[int64]Lost{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
@@ -85,6 +90,20 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions []int64
 				lost[id] = Lost(why)
 			}
 			return nil
+		})
+	}
+	if len(submissionRuns) > 0 {
+		b.Queue(cancelledSQL, submissionRuns).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				if _, ended := lost[id]; !ended {
+					lost[id] = CancelRequested
+				}
+			}
+			return rows.Err()
 		})
 	}
 	b.Queue("COMMIT")

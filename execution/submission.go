@@ -1,9 +1,11 @@
 package execution
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/georgysavva/scany/v2/pgxscan"
@@ -12,8 +14,9 @@ import (
 )
 
 // A submission is a durable request to run a task (migration 0007). Workers claim the first
-// waiting one (highest priority, oldest), wait for a slot for it, then link it to the execution
-// they were granted; the end of that execution settles it (the trigger on execution_end).
+// waiting ones (highest priority, oldest), wait for a slot for each; the grant starts its attempt
+// in the same transaction (AcquireRequest.Submission), and the end of that execution settles it
+// (the trigger on execution_end).
 
 // Submission statuses, as stored.
 const (
@@ -91,34 +94,37 @@ type ClaimedSubmission struct {
 	MaxAttempts int     `db:"max_attempts"`
 }
 
-// claimSubmissionSQL takes the first waiting submission of the task that no live worker has
-// claimed: a claim lapses once its worker's session is silent for longer than the claim's
+// claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
+// has claimed: a claim lapses once its worker's session is silent for longer than the claim's
 // threshold (on the database clock), as a waiter's ticket does.
-const claimSubmissionSQL = `
+const claimSubmissionsSQL = `
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
-WHERE s.id = (
+WHERE s.id IN (
     SELECT c.id FROM taskling.submission c
     WHERE c.task_id = $1 AND c.status = 1
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
     ORDER BY c.priority DESC, c.id
-    LIMIT 1
+    LIMIT $4
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.priority, s.reference_value, s.header::text::bytea AS header, s.attempts, s.max_attempts`
 
-// ClaimSubmission claims the task's first waiting submission for session, or returns nil when
-// there is none to claim.
-func (s *Store) ClaimSubmission(ctx context.Context, taskID, session int64, threshold time.Duration) (*ClaimedSubmission, error) {
+// ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
+// queue order (none when there is none to claim).
+func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int) ([]ClaimedSubmission, error) {
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.pool, &out, claimSubmissionSQL, taskID, session, threshold.Microseconds()); err != nil {
-		return nil, fmt.Errorf("execution: claim a submission of task %d: %w", taskID, err)
+	if err := pgxscan.Select(ctx, s.pool, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+		return nil, fmt.Errorf("execution: claim submissions of task %d: %w", taskID, err)
 	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	return &out[0], nil
+	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
+		if a.Priority != b.Priority {
+			return cmp.Compare(b.Priority, a.Priority)
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out, nil
 }
 
 // UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
@@ -130,34 +136,6 @@ WHERE id = $1 AND claimed_by = $2 AND status = 1`, id, session)
 		return fmt.Errorf("execution: unclaim submission %d: %w", id, err)
 	}
 	return nil
-}
-
-// linkSubmissionSQL starts an attempt: the claimed submission runs under execution $3, unless
-// it was cancelled, its claim lapsed and another worker took it, or the execution already ended
-// (reclaimed while this worker paused).
-const linkSubmissionSQL = `
-WITH s AS (
-    UPDATE taskling.submission s
-    SET status = 2, attempts = s.attempts + 1, execution_id = $3, claimed_by = NULL, updated_at = clock_timestamp()
-    WHERE s.id = $1 AND s.status = 1 AND s.claimed_by = $2
-      AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = $3)
-    RETURNING s.id, s.attempts
-)
-INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id)
-SELECT id, attempts, $3 FROM s
-RETURNING attempt`
-
-// LinkSubmission starts attempt n of submission id under execution execID; ok is false when
-// the submission is no longer this worker's to run.
-func (s *Store) LinkSubmission(ctx context.Context, id, session, execID int64) (attempt int, ok bool, err error) {
-	err = s.pool.QueryRow(ctx, linkSubmissionSQL, id, session, execID).Scan(&attempt)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("execution: start submission %d under execution %d: %w", id, execID, err)
-	}
-	return attempt, true, nil
 }
 
 // SetSubmissionError records why the running attempt under execID failed, before its end.

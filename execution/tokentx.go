@@ -248,6 +248,7 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 	if len(w.execs.ids) > 0 {
 		b.Queue(insertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
 	}
+	w.queueLinks(b, linkSQL)
 	if len(w.claimTasks) > 0 {
 		b.Queue(claimRefsSQL, w.claimTasks, w.claimRefs, w.claimExecs)
 	}
@@ -312,7 +313,30 @@ type planWrites struct {
 	okRefs           []string
 
 	scheduleClaims []*AcquireRequest
-	notify         []int64
+	notify         []string // payloads (notifyPayload)
+
+	linkSubs, linkSessions, linkExecs, linkTasks []int64
+	linked                                       map[int64]*AcquireResult // by execution
+}
+
+// queueLinks starts the attempts of the submissions granted now (sql: linkSQL or fastLinkSQL).
+func (w *planWrites) queueLinks(b *txBatch, sql string) {
+	if len(w.linkSubs) == 0 {
+		return
+	}
+	b.Queue(sql, w.linkSubs, w.linkSessions, w.linkExecs, w.linkTasks).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var exec int64
+			var attempt int
+			if err := rows.Scan(&exec, &attempt); err != nil {
+				return err
+			}
+			if res := w.linked[exec]; res != nil {
+				res.Attempt = attempt
+			}
+		}
+		return rows.Err()
+	})
 }
 
 func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState) {
@@ -336,6 +360,14 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 			a := reqs[i].acquire
 			w.orphans = append(w.orphans, ReleaseRequest{TaskID: taskID, TaskName: a.TaskName, ExecutionID: res.ExecutionID,
 				TokenID: res.TokenID, Retry: true, Failed: true})
+			if a.Submission != 0 {
+				w.linkSubs, w.linkSessions = append(w.linkSubs, a.Submission), append(w.linkSessions, a.SessionID)
+				w.linkExecs, w.linkTasks = append(w.linkExecs, res.ExecutionID), append(w.linkTasks, taskID)
+				if w.linked == nil {
+					w.linked = map[int64]*AcquireResult{}
+				}
+				w.linked[res.ExecutionID] = res
+			}
 		}
 	}
 	for _, i := range plan.refClaims {
@@ -361,7 +393,7 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 		w.scheduleClaims = append(w.scheduleClaims, reqs[i].acquire)
 	}
 	if plan.notify {
-		w.notify = append(w.notify, taskID)
+		w.notify = append(w.notify, notifyPayload(taskID, plan.offered))
 	}
 }
 

@@ -68,6 +68,9 @@ func (c *Client) newExecution(app, task string, req execution.AcquireRequest, re
 		heartbeats: res.Effective.KeepAlive(),
 		reference:  req.ReferenceValue, idempotent: req.Idempotent,
 	}
+	if res.Attempt > 0 {
+		e.submissionID, e.attempt = req.Submission, res.Attempt
+	}
 	// The work's context keeps the start context's values but not its deadline: an acquire
 	// timeout must not end the work.
 	e.ctx, e.cancel = context.WithCancelCause(context.WithoutCancel(startCtx))
@@ -132,6 +135,12 @@ func (e *Execution) SubmissionID() int64 { return e.submissionID }
 
 // Attempt is which attempt of its submission this execution is (1 for the first), or 0.
 func (e *Execution) Attempt() int { return e.attempt }
+
+func (e *Execution) runsSubmission() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.submissionID != 0
+}
 
 // cancelSubmission cancels the work of an execution whose submission an operator cancelled; it
 // keeps its slot until it completes.
@@ -245,20 +254,47 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	e.mu.Unlock()
 	e.cancel(nil) // no-op if the lease was lost first: the cause stays ErrLeaseLost
 	if err != nil {
-		// Not completed: a later Complete tries again; meanwhile, with no more heartbeats, the
-		// slot is reclaimed once the execution is judged dead.
+		// Not completed. Its session may go on heartbeating for other executions, which keeps
+		// this one alive: the release is retried in the background until it goes through (a
+		// later Complete also tries again; the release is identity-checked, so both are safe).
+		req.Retry = true
+		e.c.releaseLater(req)
 		return fmt.Errorf("taskling: complete execution %d: %w", e.id, err)
 	}
 	e.completed = true
 	if !res.LeaseLost {
 		// A slot went back: wake this process's longest waiter for it at once, without waiting
 		// for the notification to come back from the database.
-		e.c.notifier.Pass(e.taskID)
+		e.c.notifier.PassOffered(e.taskID, res.Offered)
 	}
 	if res.LeaseLost {
 		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s had been reclaimed; its slot belongs to another execution", ErrLeaseLost, e.id, e.app, e.task)
 	}
 	return e.completeErr
+}
+
+// releaseLater retries a release that failed until it succeeds or the client is closed.
+func (c *Client) releaseLater(req execution.ReleaseRequest) {
+	c.live.Add(1)
+	go func() {
+		defer c.live.Done()
+		for attempt := 0; ; attempt++ {
+			select {
+			case <-c.closed:
+				return
+			case <-time.After(backoff.Delay(attempt, 100*time.Millisecond, 5*time.Second)):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := c.store.Release(ctx, req)
+			cancel()
+			if err == nil {
+				c.notifier.Pass(req.TaskID)
+				return
+			}
+			c.log.Warn("taskling: returning a slot failed again; retrying", zap.Int64("execution", req.ExecutionID),
+				zap.String("task", req.TaskName), zap.Int("attempt", attempt+1), zap.Error(err))
+		}
+	}()
 }
 
 func (e *Execution) active() error {

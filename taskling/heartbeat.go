@@ -109,6 +109,9 @@ func (h *heartbeater) removeWaiter(interval time.Duration) {
 	if h.waiters[interval]--; h.waiters[interval] <= 0 {
 		delete(h.waiters, interval)
 	}
+	if len(h.waiters) == 0 && len(h.execs) == 0 {
+		h.poke() // the loop ends now rather than at its next heartbeat
+	}
 }
 
 func (h *heartbeater) remove(e *Execution) {
@@ -220,16 +223,20 @@ func (h *heartbeater) run() {
 // and cancels the others.
 func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, interval time.Duration) error {
 	ids := make([]int64, 0, len(execs))
+	var submissionRuns []int64
 	deadline := sentAt.Add(interval) // a heartbeat slower than this is given up and retried
 	for _, e := range execs {
 		if e.session == session {
 			ids = append(ids, e.id)
 			deadline = later(deadline, e.deadline())
+			if e.runsSubmission() {
+				submissionRuns = append(submissionRuns, e.id)
+			}
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	lost, renewed, err := h.c.store.Heartbeat(ctx, session, ids)
+	lost, renewed, err := h.c.store.Heartbeat(ctx, session, ids, submissionRuns)
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,7 @@ type StartOptions struct {
 	Priority int
 
 	scheduledFor *time.Time
+	submission   int64 // a claimed submission whose attempt the grant starts (work.go)
 }
 
 // StartExecution asks for a slot of the task app/task and, when granted, returns the running
@@ -61,7 +62,8 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if opts == nil {
 		opts = &StartOptions{}
 	}
-	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor}
+	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor,
+		Submission: opts.submission}
 	var err error
 	if opts.ReferenceValue != "" {
 		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
@@ -145,8 +147,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
 		}
-		if res.Ticket != 0 {
+		if res.Ticket != 0 && res.Ticket != req.Ticket {
 			req.Ticket = res.Ticket
+			c.notifier.SetTicket(wake, req.Ticket) // woken only when a slot is offered to it
 		}
 		wait := min(poll, c.maxPoll)
 		switch {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -97,14 +98,18 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 		wg.Go(func() { w.loop(stopCtx, runCtx) })
 	}
 	wg.Go(func() { w.recoverLoop(stopCtx) })
+	closed := false
 	select {
 	case <-stopCtx.Done():
 	case <-c.closed:
 		stop()
-		wg.Wait()
-		return ErrClientClosed
+		closed = true
 	}
 	wg.Wait()
+	w.claims.drop(ctx, w)
+	if closed {
+		return ErrClientClosed
+	}
 	return nil
 }
 
@@ -114,6 +119,7 @@ type worker struct {
 	app, task string
 	taskID    int64
 	fn        func(ctx context.Context, exec *Execution) error
+	claims    claimBuffer
 }
 
 // loop claims and runs submissions one after another until stopCtx ends.
@@ -145,8 +151,8 @@ func (w *worker) loop(stopCtx, runCtx context.Context) {
 	}
 }
 
-// next claims the first waiting submission, waits for a slot for it and runs it; ran is false
-// when there was nothing to claim.
+// next takes a claimed submission, waits for a slot for it and runs it; ran is false when there
+// was nothing to claim.
 func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	c := w.c
 	if !c.drain.start() {
@@ -165,11 +171,11 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	// The claim lives by this session's heartbeats, kept going while this worker waits.
 	c.hb.addWaiter(settings.KeepAliveInterval)
 	defer c.hb.removeWaiter(settings.KeepAliveInterval)
-	sub, err := c.store.ClaimSubmission(stopCtx, w.taskID, session, settings.KeepAliveDeathThreshold)
+	sub, err := w.claims.take(stopCtx, w, session, settings.KeepAliveDeathThreshold)
 	if err != nil || sub == nil {
 		return false, err
 	}
-	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID}
 	if sub.Header != nil {
 		opts.Header = json.RawMessage(sub.Header)
 	}
@@ -178,30 +184,77 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	}
 	exec, err := c.StartExecution(stopCtx, w.app, w.task, opts)
 	if err != nil {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
-		defer cancel()
-		if uerr := c.store.UnclaimSubmission(uctx, sub.ID, session); uerr != nil {
-			c.log.Warn("taskling: could not give a claimed submission back; it is taken again once the claim lapses",
-				zap.Int64("submission", sub.ID), zap.Error(uerr))
-		}
+		w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
 		if stopCtx.Err() != nil {
 			return false, nil
 		}
 		return false, err
 	}
-	attempt, ok, err := c.store.LinkSubmission(runCtx, sub.ID, exec.session, exec.id)
-	if err != nil || !ok {
+	if exec.submissionID == 0 {
 		// Cancelled, or taken by another worker, while this one waited: nothing to run.
-		if cerr := exec.Complete(context.WithoutCancel(runCtx)); cerr != nil && err == nil {
-			err = cerr
-		}
-		return err == nil, err
+		return true, exec.Complete(context.WithoutCancel(runCtx))
 	}
-	exec.mu.Lock()
-	exec.submissionID, exec.attempt = sub.ID, attempt
-	exec.mu.Unlock()
 	w.run(runCtx, exec)
 	return true, nil
+}
+
+// unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.
+func (w *worker) unclaim(ctx context.Context, subs []execution.ClaimedSubmission, session int64) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, sub := range subs {
+		if err := w.c.store.UnclaimSubmission(uctx, sub.ID, session); err != nil {
+			w.c.log.Warn("taskling: could not give a claimed submission back; it is taken again once the claim lapses",
+				zap.Int64("submission", sub.ID), zap.Error(err))
+		}
+	}
+}
+
+// claimBuffer claims submissions for a Work call's idle workers in one statement: as many as
+// there are workers asking at that moment.
+type claimBuffer struct {
+	asking    atomic.Int32
+	mu        sync.Mutex
+	claimed   []execution.ClaimedSubmission
+	lastEmpty time.Time // when a claim last found nothing
+}
+
+// take returns the next claimed submission, claiming a batch when none is left; nil when there
+// is nothing to claim.
+func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration) (*execution.ClaimedSubmission, error) {
+	b.asking.Add(1)
+	defer b.asking.Add(-1)
+	asked := time.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.claimed) == 0 {
+		if b.lastEmpty.After(asked) {
+			return nil, nil // a claim that began after this worker asked found nothing
+		}
+		began := time.Now()
+		subs, err := w.c.store.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()))
+		if err != nil || len(subs) == 0 {
+			if err == nil {
+				b.lastEmpty = began
+			}
+			return nil, err
+		}
+		b.claimed = subs
+	}
+	sub := b.claimed[0]
+	b.claimed = b.claimed[1:]
+	return &sub, nil
+}
+
+// drop gives back what is left unclaimed-by-a-worker when Work ends.
+func (b *claimBuffer) drop(ctx context.Context, w *worker) {
+	b.mu.Lock()
+	left := b.claimed
+	b.claimed = nil
+	b.mu.Unlock()
+	if len(left) > 0 {
+		w.unclaim(ctx, left, w.c.hb.current())
+	}
 }
 
 // run runs one attempt under exec.

@@ -31,7 +31,7 @@ type childFlags struct {
 }
 
 func (c *childFlags) register() {
-	flag.StringVar(&c.mode, "child", "", "internal: run one process of a multi-process scenario (cycles, holders)")
+	flag.StringVar(&c.mode, "child", "", "internal: run one process of a multi-process scenario (cycles, holders, busy, pingpong)")
 	flag.StringVar(&c.dbURL, "database-url", "", "internal: the database of a child")
 	flag.IntVar(&c.goroutines, "goroutines", 4, "internal: goroutines of a cycles child")
 	flag.IntVar(&c.limit, "limit", 16, "internal: limit declared by a child")
@@ -46,7 +46,9 @@ func (c *childFlags) register() {
 type childResult struct {
 	bench.Result
 	LeaseLosses int64
-	CPU         time.Duration // the child's user + system CPU time
+	CPU         time.Duration   // the child's user + system CPU time
+	Busy        time.Duration   // busy: the time its jobs ran inside the window
+	Handoffs    []bench.Handoff // pingpong: its grants
 }
 
 func (c *childFlags) run(ctx context.Context) error {
@@ -81,6 +83,14 @@ func (c *childFlags) run(ctx context.Context) error {
 		out.Result, err = c.cycles(ctx, client, counter)
 	case "holders":
 		out, err = c.hold(ctx, client)
+	case "busy":
+		// Open the connections, register the session and create the task before the common start.
+		if err = warm(ctx, pool, client, c.goroutines); err == nil {
+			out.Busy, out.Cycles, err = bench.Busy(ctx, client, "bench", "busy", c.goroutines, 200*time.Millisecond, time.Unix(0, c.startAt), c.duration)
+		}
+	case "pingpong":
+		time.Sleep(time.Until(time.Unix(0, c.startAt)))
+		out.Handoffs, err = bench.PingPong(ctx, client, "bench", "pingpong", c.holders, 2*time.Millisecond)
 	default:
 		err = fmt.Errorf("unknown child mode %q", c.mode)
 	}
@@ -123,6 +133,31 @@ func (c *childFlags) hold(ctx context.Context, client *taskling.Client) (childRe
 		return childResult{}, err
 	}
 	return childResult{LeaseLosses: lost}, nil
+}
+
+// warm opens n of the pool's connections and registers the client's session.
+func warm(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client, n int) error {
+	var conns []*pgxpool.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for range n {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+	}
+	if err := client.UpdateTaskSettings(ctx, "bench", "busy", taskling.SettingsUpdate{}); err != nil {
+		return err
+	}
+	e, err := client.StartExecution(ctx, "bench", "warm-up", nil)
+	if err != nil {
+		return err
+	}
+	return e.Complete(ctx)
 }
 
 // children runs n child processes with args and collects their results.

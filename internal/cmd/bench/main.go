@@ -26,6 +26,7 @@ type options struct {
 	runs                        int
 	heartbeatProcs, holders     int
 	only                        string
+	flow                        flowOptions
 }
 
 func main() {
@@ -35,6 +36,9 @@ func main() {
 	flag.DurationVar(&o.heartbeatDuration, "heartbeat-duration", 30*time.Second, "measuring time of the heartbeat scenario (0 skips it)")
 	flag.IntVar(&o.heartbeatProcs, "heartbeat-processes", 4, "processes of the heartbeat scenario")
 	flag.IntVar(&o.holders, "holders", 8000, "executions held in the heartbeat scenario, over all its processes")
+	flag.DurationVar(&o.flow.window, "flow-window", 10*time.Second, "window of the slot utilization scenario (0 skips the waiting and submission scenarios)")
+	flag.IntVar(&o.flow.submissions, "submissions", 10000, "submissions drained in the submission scenario")
+	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -81,8 +85,18 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("heartbeats: %w", err)
 		}
 	}
+	var flow *flowResult
+	if o.flow.window > 0 {
+		if flow, err = env.flow(ctx, o.flow); err != nil {
+			return fmt.Errorf("flow: %w", err)
+		}
+	}
 	fmt.Println()
 	report(scenarios, results, hb)
+	if flow != nil {
+		fmt.Println()
+		flow.print()
+	}
 	return nil
 }
 

@@ -1,0 +1,4 @@
+package bench
+
+// ClipForTest is clip.
+var ClipForTest = clip
