@@ -18,8 +18,12 @@
 //	GET    /api/v1/executions/{id}                       one execution with its events and progress
 //	PATCH  /api/v1/tasks/{app}/{task}/overrides          set operator overrides (token required)
 //	DELETE /api/v1/tasks/{app}/{task}/overrides          clear them (token required)
+//	POST   /api/v1/tasks/{app}/{task}/submissions        submit a run: 201 {"id"} (token required)
+//	GET    /api/v1/tasks/{app}/{task}/submissions        its submissions (?status=&limit=&before=)
+//	GET    /api/v1/submissions/{id}                      one submission: status, position, attempts, progress
+//	POST   /api/v1/submissions/{id}/cancel               cancel it: 409 once finished (token required)
 //	GET    /metrics                                      the client's Prometheus metrics
-//	GET    /, /tasks/{app}/{task}                        the dashboard
+//	GET    /, /tasks/{app}/{task}, /submissions/{id}     the dashboard
 //	GET    /login, POST /login, POST /logout             the dashboard's sign-in
 //
 // Access. Without Options.Token the handler is read-only: every read is public and every change
@@ -33,8 +37,10 @@
 //     carry the X-Taskling-Request header, which the dashboard's own script sends and a
 //     cross-site form cannot.
 //
-// Changes need Content-Type: application/json; a body with anything after its JSON object is
-// refused. Errors are JSON objects {"error": {"status", "field", "message"}} naming the field at
+// A change with a body needs Content-Type: application/json; a body with anything after its
+// JSON object is refused. A submission's body, {"header", "reference_value", "priority",
+// "max_attempts"}, is optional, as is a cancel's {"reason"}; a duplicate reference_value answers
+// 201 with the first submission's id. Errors are JSON objects {"error": {"status", "field", "message"}} naming the field at
 // fault; a 500 shows no details (they go to Options.Logger). Each request's database work is
 // bounded by Options.RequestTimeout.
 package dashboard

@@ -1,6 +1,7 @@
 // Command taskling operates taskling's tasks from a terminal: it migrates the schema, lists tasks
-// with their slots and holders, sets and clears operator overrides, shows executions, and serves
-// the HTTP API and web dashboard. Run `taskling --help` for the commands and the exit codes.
+// with their slots and holders, sets and clears operator overrides, shows executions, submits runs
+// and follows or cancels them, and serves the HTTP API and web dashboard. Run `taskling --help`
+// for the commands and the exit codes.
 package main
 
 import (
@@ -19,7 +20,7 @@ const (
 	exitOK          = 0
 	exitFailure     = 1 // any other error (a query failed, the server stopped with an error)
 	exitUsage       = 2 // bad command, argument, flag or flag value; no database URL
-	exitNotFound    = 3 // no such task or execution
+	exitNotFound    = 3 // no such task, execution or submission
 	exitUnreachable = 4 // cannot connect to the database
 	exitPending     = 5 // migrate status: some migrations are not applied
 )

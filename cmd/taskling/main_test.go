@@ -59,7 +59,8 @@ var (
 	ages       = regexp.MustCompile(`\b\d\.\ds\b`)
 	slotIDs    = regexp.MustCompile(`(?m)^[0-9a-f]{8}  `)
 	// Execution ids: a start retried after a serialization failure burns one, so they vary.
-	execIDs = regexp.MustCompile(`#\d+|(?m)^\d+  |Execution: \d+`)
+	// (Submission ids are masked alike.)
+	execIDs = regexp.MustCompile(`#\d+|(?m)^\d+  |Execution: \d+|Submission: \d+`)
 	digits  = regexp.MustCompile(`\d`)
 )
 

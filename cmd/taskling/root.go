@@ -24,8 +24,8 @@ type env struct {
 	timeout     time.Duration
 }
 
-const rootHelp = `taskling operates the tasks of taskling-go: their slots and holders, their executions, and
-the operator overrides that tune them while the fleet runs.
+const rootHelp = `taskling operates the tasks of taskling-go: their slots and holders, their executions, the
+operator overrides that tune them while the fleet runs, and the submissions queued for them.
 
 The database is named by --database-url or $TASKLING_DATABASE_URL (a PostgreSQL URL).
 Tables are printed for people; --output json prints the HTTP API's JSON shapes, for scripts.
@@ -34,7 +34,7 @@ Exit codes:
   0  success
   1  failure: a query failed, or the server stopped with an error
   2  usage: unknown command, bad argument, flag or value, or no database URL
-  3  not found: no such task or execution
+  3  not found: no such task, execution or submission
   4  the database cannot be reached
   5  migrate status: some migrations are not applied yet
 Errors are printed on stderr as one line starting with "taskling: ".`
@@ -42,7 +42,7 @@ Errors are printed on stderr as one line starting with "taskling: ".`
 func newRootCommand(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "taskling",
-		Short:         "Operate taskling tasks: slots, holders, executions, overrides, dashboard",
+		Short:         "Operate taskling tasks: slots, holders, executions, overrides, submissions, dashboard",
 		Long:          rootHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -61,7 +61,7 @@ func newRootCommand(e *env) *cobra.Command {
 	root.PersistentFlags().StringVar(&e.databaseURL, "database-url", "", "PostgreSQL URL (default $TASKLING_DATABASE_URL)")
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&e.timeout, "timeout", 30*time.Second, "time limit of a command's database work (not of serve)")
-	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newServeCommand(e))
+	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newServeCommand(e))
 	// Unknown subcommands of a command group are usage errors too.
 	for _, c := range root.Commands() {
 		if !c.Runnable() {

@@ -15,7 +15,7 @@ func newTasksCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "List tasks, show their slots, set or clear operator overrides"}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "list",
-		Short: "Every task: limit in force and its source, slots used/total, last execution",
+		Short: "Every task: limit in force and its source, slots used/total, starts waiting for a slot, last execution",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
@@ -130,7 +130,7 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		_, err := fmt.Fprintln(e.stdout, "No tasks.")
 		return err
 	}
-	t := newTable(e.stdout, "TASK", "LIMIT", "SOURCE", "SLOTS", "ENABLED", "LAST EXECUTION")
+	t := newTable(e.stdout, "TASK", "LIMIT", "SOURCE", "SLOTS", "WAITING", "ENABLED", "LAST EXECUTION")
 	for _, task := range tasks {
 		slots := fmt.Sprintf("%d/%s", task.SlotsUsed, limitText(task.SlotsTotal))
 		if task.SlotsRetiring > 0 {
@@ -140,7 +140,7 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		if l := task.LastExecution; l != nil {
 			last = fmt.Sprintf("#%d %s %s", l.ID, l.Status, clock(l.StartedAt))
 		}
-		t.row(task.Application+"/"+task.Task, limitText(task.Limit), task.LimitSource, slots, enabledText(task.Enabled), last)
+		t.row(task.Application+"/"+task.Task, limitText(task.Limit), task.LimitSource, slots, fmt.Sprint(task.Waiting), enabledText(task.Enabled), last)
 	}
 	return t.flush()
 }

@@ -5,12 +5,14 @@ package browser_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,26 +115,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}()
 	t.Cleanup(func() { stopWork(); <-workDone })
 
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 860),
-	)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
-	defer cancelBrowser()
-	bctx, cancelTimeout := context.WithTimeout(bctx, 30*time.Second)
-	defer cancelTimeout()
+	bctx := openBrowser(t, browser, 30*time.Second)
 
 	// Reads are protected: the dashboard asks for the token once, then a session cookie (which no
 	// script can read) carries the browser.
@@ -149,8 +132,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	stored, err := chromedp.Run(bctx, chromedp.Evaluate[int](`localStorage.length`))
 	require.NoError(t, err)
 	require.Zero(t, stored, "nothing is kept in localStorage")
-	row, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`table.tasks tbody`)))
-	require.NoError(t, err)
+	row := text(t, bctx, `table.tasks tbody`)
 	require.Contains(t, row, "billing/export")
 	require.Contains(t, row, "1 / 1")
 	require.Contains(t, row, "1 waiting", "the queue for the slot shows")
@@ -169,8 +151,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 		moved = progressValue(t, bctx, progress)
 	}
 	require.Greater(t, moved, first, "the progress bar moves without reloading the page")
-	waiting, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`#waiting`)))
-	require.NoError(t, err)
+	waiting := text(t, bctx, `#waiting`)
 	require.Contains(t, waiting, "1 (the oldest since ", "the task page shows the queue")
 	stopWaiting() // before the limit is raised, so that the slots counted below are known
 	<-waited
@@ -194,12 +175,162 @@ func TestDashboardInARealBrowser(t *testing.T) {
 		chromedp.Navigate(srv.URL+"/tasks/billing/export"),
 		chromedp.WaitVisible(chromedp.CSS(`#execution-`+strconv.FormatInt(second.ID(), 10))),
 	))
-	summary, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`dl.summary`)))
-	require.NoError(t, err)
+	summary := text(t, bctx, `dl.summary`)
 	require.Contains(t, summary, "override")
 	require.Contains(t, summary, "2 / 3")
 	screenshot(t, bctx, "dashboard.png")
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
+// openBrowser starts headless Chromium for the test (closed when it ends); the test's steps in
+// the browser must all end within budget.
+func openBrowser(t *testing.T, browser string, budget time.Duration) context.Context {
+	t.Helper()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 860),
+	)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancelTimeout := context.WithTimeout(bctx, budget)
+	t.Cleanup(cancelTimeout)
+	return bctx
+}
+
+// TestSubmissionsInARealBrowser follows submissions in headless Chromium: the task page lists the
+// waiting ones with their positions, a submission's page shows it waiting, then running with its
+// progress and completed as client.Work runs it, all by the auto-refresh; and the Cancel button
+// cancels a waiting one, which then never runs.
+func TestSubmissionsInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+
+	pool, _ := pgtest.NewDB(t)
+	// Nothing dies here: a long threshold keeps a loaded machine's late heartbeat from losing the run.
+	s := taskling.TaskSettings{ConcurrencyLimit: 1, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: 20 * time.Second}
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	// Refreshes are rarer than in the other test: each replaces the buttons this test clicks.
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	first, err := client.Submit(ctx, "reports", "daily", &taskling.SubmitOptions{ReferenceValue: "2026-11-21", Header: map[string]string{"day": "2026-11-21"}})
+	require.NoError(t, err)
+	second, err := client.Submit(ctx, "reports", "daily", &taskling.SubmitOptions{ReferenceValue: "2026-11-22"})
+	require.NoError(t, err)
+	row := func(id int64) string { return `#submission-` + strconv.FormatInt(id, 10) }
+
+	// Sign in on the task page: both wait, in submission order.
+	bctx := openBrowser(t, browser, time.Minute)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/tasks/reports/daily"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(row(second))),
+	))
+	for i, id := range []int64{first, second} {
+		status := text(t, bctx, row(id)+` .status`)
+		require.Equal(t, "waiting", status)
+		position := text(t, bctx, row(id)+` .position`)
+		require.Equal(t, strconv.Itoa(i+1), position)
+	}
+
+	// Cancel the second with its button: the page shows it cancelled, the first keeps its place.
+	secondID := strconv.FormatInt(second, 10)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#cancel-`+secondID))))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelector("#submission-`+secondID+` .status").textContent === "cancelled" &&
+		document.getElementById("cancel-status").textContent === "submission #`+secondID+`: cancelled" &&
+		!document.getElementById("cancel-`+secondID+`")`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the task page shows the cancelled submission, without its button")
+	cancelled, err := client.Submission(ctx, second)
+	require.NoError(t, err)
+	require.Equal(t, taskling.SubmissionCancelled, cancelled.Status)
+	require.Equal(t, "cancelled from the dashboard", cancelled.CancelReason)
+
+	// The first's own page: waiting, first in the queue.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/submissions/"+strconv.FormatInt(first, 10)),
+		chromedp.WaitVisible(chromedp.CSS(`#submission-status`)),
+	))
+	status := text(t, bctx, `#submission-status`)
+	require.Equal(t, "waiting", status)
+	position := text(t, bctx, `#submission-position`)
+	require.Equal(t, "1 in the queue", position)
+
+	// A worker takes it: the page follows it running, with its progress, then completed.
+	release := make(chan struct{})
+	ran := make(chan int64, 10)
+	workCtx, stopWork := context.WithCancel(ctx)
+	worked := make(chan error, 1)
+	go func() {
+		worked <- client.Work(workCtx, "reports", "daily", func(ctx context.Context, e *taskling.Execution) error {
+			ran <- e.SubmissionID()
+			if err := e.SetProgress(ctx, 25, 100); err != nil {
+				return err
+			}
+			select {
+			case <-release:
+				return e.SetProgress(ctx, 100, 100)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, &taskling.WorkOptions{DrainTimeout: time.Second})
+	}()
+	stop := sync.OnceValue(func() error { stopWork(); return <-worked })
+	t.Cleanup(func() { require.NoError(t, stop()) })
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("submission-status").textContent.trim() === "in_progress" &&
+		document.getElementById("submission-progress") !== null &&
+		document.getElementById("submission-progress").value === 25`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the submission page shows it running at 25/100")
+	executions := text(t, bctx, `#submission-executions`)
+	require.Regexp(t, `^#\d+$`, strings.TrimSpace(executions), "its one attempt's execution")
+	close(release)
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("submission-status").textContent.trim() === "completed" &&
+		document.getElementById("submission-progress").value === 100 &&
+		document.getElementById("cancel-`+strconv.FormatInt(first, 10)+`") === null`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the submission page shows it completed")
+	done, err := client.Submission(ctx, first)
+	require.NoError(t, err)
+	require.Equal(t, taskling.SubmissionCompleted, done.Status)
+
+	require.NoError(t, stop())
+	close(ran)
+	var runs []int64
+	for id := range ran {
+		runs = append(runs, id)
+	}
+	require.Equal(t, []int64{first}, runs, "the cancelled submission never ran")
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
+// text is the visible text of the first element matching the CSS selector, read in one script
+// run: the auto-refresh may replace the element between a query and a read in two steps.
+func text(t *testing.T, ctx context.Context, selector string) string {
+	t.Helper()
+	sel, err := json.Marshal(selector)
+	require.NoError(t, err)
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[*string](`(function () { var e = document.querySelector(`+string(sel)+`); return e ? e.innerText : null; })()`))
+	require.NoError(t, err)
+	require.NotNil(t, v, "no element matches %s", selector)
+	return strings.TrimSpace(*v)
 }
 
 func progressValue(t *testing.T, ctx context.Context, sel chromedp.CSS) int {

@@ -94,7 +94,8 @@ func (h *Handler) writeAccess(next http.HandlerFunc) http.Handler {
 			unauthorized(w)
 			return
 		}
-		if r.Method != http.MethodDelete {
+		// A change without a body (a DELETE, a cancel without a reason) has nothing to type.
+		if r.Method != http.MethodDelete && r.ContentLength != 0 {
 			if ct := r.Header.Get("Content-Type"); !isJSON(ct) {
 				writeError(w, http.StatusUnsupportedMediaType, "Content-Type", "Content-Type is "+quoteOr(ct, "missing")+"; want application/json")
 				return

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,7 @@ var templateFuncs = template.FuncMap{
 	},
 	"deref_bool": func(p *bool) bool { return p != nil && *p },
 	"clock":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"ratio":      Percent,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""
@@ -58,7 +60,7 @@ var templateFuncs = template.FuncMap{
 
 func newPages() (*pages, error) {
 	p := &pages{sets: map[string]*template.Template{}}
-	for _, name := range []string{"dashboard", "task", "login"} {
+	for _, name := range []string{"dashboard", "task", "submission", "login"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("httpapi: templates: %w", err)
@@ -138,10 +140,27 @@ func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
 type taskPageData struct {
 	Detail     TaskDetail
 	Executions []Execution
+	// Submissions: the running ones, the waiting ones in queue order, then the recently
+	// finished ones; MoreWaiting says the queue goes on past the waiting ones shown.
+	Submissions []submissionRow
+	MoreWaiting bool
 }
 
-// recentOnTaskPage is how many executions the task page lists.
+// submissionRow is a submission as a page shows it.
+type submissionRow struct {
+	taskling.Submission
+	Cancel bool // this browser may cancel it: show the button
+}
+
+// recentOnTaskPage is how many executions, and submissions of each kind, the task page lists.
 const recentOnTaskPage = 20
+
+// canCancel reports whether the page offers to cancel s: it has not finished, no cancel was
+// asked yet, and the browser may make changes.
+func canCancel(p page, s taskling.Submission) bool {
+	active := s.Status == taskling.SubmissionWaiting || s.Status == taskling.SubmissionInProgress
+	return p.CanWrite && p.SignedIn && active && !s.CancelRequested
+}
 
 func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	app, task, _, err := taskName(r)
@@ -159,9 +178,42 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
+	queue, err := LoadSubmissionQueue(r.Context(), h.client, app, task, recentOnTaskPage)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
 	p := h.basePage(r, app+"/"+task)
-	p.Data = taskPageData{Detail: t, Executions: execs.Executions}
+	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage}
+	for _, group := range [][]taskling.Submission{queue.Running, queue.Waiting, queue.Finished} {
+		for _, s := range group {
+			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})
+		}
+	}
+	p.Data = data
 	h.render(w, r, http.StatusOK, "task", p)
+}
+
+// submissionPageData is the submission page's data.
+type submissionPageData struct {
+	SubmissionDetail
+	Cancel bool
+}
+
+func (h *Handler) submissionPage(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id < 1 {
+		http.Error(w, fmt.Sprintf("submission id %q is not a positive integer", r.PathValue("id")), http.StatusBadRequest)
+		return
+	}
+	s, err := LoadSubmission(r.Context(), h.client, id)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	p := h.basePage(r, fmt.Sprintf("Submission #%d", id))
+	p.Data = submissionPageData{SubmissionDetail: s, Cancel: canCancel(p, s.Submission)}
+	h.render(w, r, http.StatusOK, "submission", p)
 }
 
 func isNotFound(err error) bool { return errors.Is(err, taskling.ErrNotFound) }

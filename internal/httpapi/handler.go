@@ -95,13 +95,20 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	read("GET /api/v1/executions/{id}", h.getExecution)
 	write("PATCH /api/v1/tasks/{app}/{task}/overrides", h.setOverrides)
 	write("DELETE /api/v1/tasks/{app}/{task}/overrides", h.clearOverrides)
+	read("GET /api/v1/tasks/{app}/{task}/submissions", h.listSubmissions)
+	write("POST /api/v1/tasks/{app}/{task}/submissions", h.submit)
+	read("GET /api/v1/submissions/{id}", h.getSubmission)
+	write("POST /api/v1/submissions/{id}/cancel", h.cancelSubmission)
 	// Other methods on an API path: a JSON 405 rather than the mux's plain-text one.
 	for path, allow := range map[string]string{
-		"/api/v1/tasks":                         "GET",
-		"/api/v1/tasks/{app}/{task}":            "GET",
-		"/api/v1/tasks/{app}/{task}/executions": "GET",
-		"/api/v1/executions/{id}":               "GET",
-		"/api/v1/tasks/{app}/{task}/overrides":  "PATCH, DELETE",
+		"/api/v1/tasks":                          "GET",
+		"/api/v1/tasks/{app}/{task}":             "GET",
+		"/api/v1/tasks/{app}/{task}/executions":  "GET",
+		"/api/v1/executions/{id}":                "GET",
+		"/api/v1/tasks/{app}/{task}/overrides":   "PATCH, DELETE",
+		"/api/v1/tasks/{app}/{task}/submissions": "GET, POST",
+		"/api/v1/submissions/{id}":               "GET",
+		"/api/v1/submissions/{id}/cancel":        "POST",
 	} {
 		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
@@ -114,6 +121,7 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	m.Handle("GET /metrics", h.metricsAccess(h.metrics.ServeHTTP))
 	m.Handle("GET /{$}", h.pageAccess(h.dashboardPage))
 	m.Handle("GET /tasks/{app}/{task}", h.pageAccess(h.taskPage))
+	m.Handle("GET /submissions/{id}", h.pageAccess(h.submissionPage))
 	m.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { h.renderLogin(w, r, http.StatusOK, "") })
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)
@@ -163,6 +171,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, "", err.Error())
 	case errors.Is(err, taskling.ErrInvalidArgument), errors.Is(err, taskling.ErrInvalidSettings):
 		writeError(w, http.StatusBadRequest, "", err.Error())
+	case errors.Is(err, taskling.ErrSubmissionFinished):
+		writeError(w, http.StatusConflict, "", err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away.
 	case errors.Is(err, context.DeadlineExceeded):
@@ -257,10 +267,19 @@ func (h *Handler) listExecutions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, page)
 }
 
-func (h *Handler) getExecution(w http.ResponseWriter, r *http.Request) {
+// pathID reads the {id} path segment; what names the kind of id in the error.
+func pathID(w http.ResponseWriter, r *http.Request, what string) (int64, bool) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id < 1 {
-		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("execution id %q is not a positive integer", r.PathValue("id")))
+		writeError(w, http.StatusBadRequest, "id", fmt.Sprintf("%s id %q is not a positive integer", what, r.PathValue("id")))
+		return 0, false
+	}
+	return id, true
+}
+
+func (h *Handler) getExecution(w http.ResponseWriter, r *http.Request) {
+	id, ok := pathID(w, r, "execution")
+	if !ok {
 		return
 	}
 	e, err := LoadExecution(r.Context(), h.client, id)
@@ -347,16 +366,23 @@ func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration
 
 const maxBody = 64 << 10
 
-func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
-	app, task, field, err := taskName(r)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, field, err.Error())
-		return
-	}
-	var req OverridesRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+// bodySpec says how to read a request's JSON body.
+type bodySpec struct {
+	what    string // what the object holds, for errors: "overrides"
+	unknown string // what an unknown field is not: "override"
+	limit   int64  // largest body, in bytes
+	emptyOK bool   // no body at all means {}
+}
+
+// decodeBody decodes the request's JSON object into v, or answers 400 naming the field at fault
+// (413 past the size limit) and returns false. Unknown fields and trailing data are refused.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, spec bodySpec) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, spec.limit))
 	dec.DisallowUnknownFields()
-	err = dec.Decode(&req)
+	err := dec.Decode(v)
+	if err == io.EOF && spec.emptyOK {
+		return true
+	}
 	if err == nil && dec.More() {
 		err = errors.New("trailing data after the JSON object")
 	} else if err == nil {
@@ -364,15 +390,33 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 			err = errors.New("trailing data after the JSON object")
 		}
 	}
+	if err == nil {
+		return true
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body", fmt.Sprintf("body is larger than %d bytes", spec.limit))
+		return false
+	}
+	field, msg := "body", "is not a JSON object of "+spec.what+": "+err.Error()
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) && typeErr.Field != "" {
+		field, msg = typeErr.Field, fmt.Sprintf("has the wrong type: want %s", typeErr.Type)
+	} else if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		field, msg = strings.Trim(name, `"`), "is not a known "+spec.unknown
+	}
+	writeError(w, http.StatusBadRequest, field, field+" "+msg)
+	return false
+}
+
+func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
+	app, task, field, err := taskName(r)
 	if err != nil {
-		field, msg := "body", "is not a JSON object of overrides: "+err.Error()
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			field, msg = typeErr.Field, fmt.Sprintf("has the wrong type: want %s", typeErr.Type)
-		} else if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			field, msg = strings.Trim(name, `"`), "is not a known override"
-		}
-		writeError(w, http.StatusBadRequest, field, field+" "+msg)
+		writeError(w, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	var req OverridesRequest
+	if !decodeBody(w, r, &req, bodySpec{what: "overrides", unknown: "override", limit: maxBody}) {
 		return
 	}
 	update, err := req.Update()

@@ -42,9 +42,15 @@ var fast = taskling.TaskSettings{KeepAliveInterval: 100 * time.Millisecond, Keep
 
 func setup(t *testing.T, limit int, opts *httpapi.Options) *testBundle {
 	t.Helper()
-	pool, _ := pgtest.NewDB(t)
 	s := fast
 	s.ConcurrencyLimit = limit
+	return setupWith(t, s, opts)
+}
+
+// setupWith is setup with the clients' default settings.
+func setupWith(t *testing.T, s taskling.TaskSettings, opts *httpapi.Options) *testBundle {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
 	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host", Defaults: s})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)

@@ -1,7 +1,12 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/taskling-go/taskling/taskling"
 )
@@ -64,4 +69,123 @@ func LoadExecution(ctx context.Context, c *taskling.Client, id int64) (Execution
 		return Execution{}, err
 	}
 	return NewExecution(d.ExecutionInfo, d.Events), nil
+}
+
+// MaxSubmissionsPage is the largest page of submissions served.
+const MaxSubmissionsPage = 1000
+
+// SubmissionsQuery selects a page of a task's submissions.
+type SubmissionsQuery struct {
+	App, Task string
+	Status    string // "" all, else a taskling.SubmissionStatus
+	Before    int64  // 0 from the newest
+	Limit     int
+}
+
+// ParseSubmissionsQuery reads status, before and limit from URL query values.
+func ParseSubmissionsQuery(get func(string) string) (q SubmissionsQuery, field string, err error) {
+	q.Limit = DefaultPageSize
+	if s := get("status"); s != "" {
+		if _, err := taskling.ParseSubmissionStatus(s); err != nil {
+			return q, "status", fmt.Errorf("status %q is not one of waiting, in_progress, completed, dead, cancelled", s)
+		}
+		q.Status = s
+	}
+	if s := get("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 {
+			return q, "before", fmt.Errorf("before %q is not a submission id (a positive integer)", s)
+		}
+		q.Before = n
+	}
+	if s := get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxSubmissionsPage {
+			return q, "limit", fmt.Errorf("limit %q: want an integer from 1 to %d", s, MaxSubmissionsPage)
+		}
+		q.Limit = n
+	}
+	return q, "", nil
+}
+
+// LoadSubmissions returns a page of a task's submissions; a task never submitted to has none.
+func LoadSubmissions(ctx context.Context, c *taskling.Client, q SubmissionsQuery) (SubmissionPage, error) {
+	subs, err := c.Submissions(ctx, q.App, q.Task, &taskling.SubmissionFilter{Status: taskling.SubmissionStatus(q.Status), Before: q.Before, Limit: q.Limit})
+	if err != nil {
+		return SubmissionPage{}, err
+	}
+	page := SubmissionPage{Submissions: subs}
+	if page.Submissions == nil {
+		page.Submissions = []taskling.Submission{}
+	}
+	if n := len(subs); n > 0 && n == q.Limit && q.Status != string(taskling.SubmissionWaiting) {
+		next := subs[n-1].ID
+		page.NextBefore = &next
+	}
+	return page, nil
+}
+
+// LoadSubmission returns one submission with its attempts' executions, or an error wrapping
+// taskling.ErrNotFound.
+func LoadSubmission(ctx context.Context, c *taskling.Client, id int64) (SubmissionDetail, error) {
+	s, err := c.Submission(ctx, id)
+	if err != nil {
+		return SubmissionDetail{}, err
+	}
+	attempts, err := c.SubmissionAttempts(ctx, id)
+	if err != nil {
+		return SubmissionDetail{}, err
+	}
+	if attempts == nil {
+		attempts = []int64{}
+	}
+	return SubmissionDetail{Submission: s, AttemptsExecutions: attempts}, nil
+}
+
+// SubmissionQueue is what the task page shows of a task's submissions: the running ones, the
+// waiting ones in queue order, then the most recently finished ones.
+type SubmissionQueue struct {
+	Running  []taskling.Submission
+	Waiting  []taskling.Submission
+	Finished []taskling.Submission
+}
+
+// LoadSubmissionQueue returns up to n submissions of each group.
+func LoadSubmissionQueue(ctx context.Context, c *taskling.Client, app, task string, n int) (SubmissionQueue, error) {
+	var q SubmissionQueue
+	get := func(s taskling.SubmissionStatus) ([]taskling.Submission, error) {
+		return c.Submissions(ctx, app, task, &taskling.SubmissionFilter{Status: s, Limit: n})
+	}
+	var err error
+	if q.Running, err = get(taskling.SubmissionInProgress); err != nil {
+		return q, err
+	}
+	if q.Waiting, err = get(taskling.SubmissionWaiting); err != nil {
+		return q, err
+	}
+	// One query per finished status: the newest submissions of any status may all be waiting.
+	for _, s := range []taskling.SubmissionStatus{taskling.SubmissionCompleted, taskling.SubmissionDead, taskling.SubmissionCancelled} {
+		subs, err := get(s)
+		if err != nil {
+			return q, err
+		}
+		q.Finished = append(q.Finished, subs...)
+	}
+	slices.SortFunc(q.Finished, func(a, b taskling.Submission) int {
+		if c := finishedAt(b).Compare(finishedAt(a)); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.ID, a.ID)
+	})
+	if len(q.Finished) > n {
+		q.Finished = q.Finished[:n]
+	}
+	return q, nil
+}
+
+func finishedAt(s taskling.Submission) time.Time {
+	if s.FinishedAt == nil {
+		return s.UpdatedAt
+	}
+	return *s.FinishedAt
 }

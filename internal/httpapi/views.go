@@ -228,3 +228,23 @@ func Percent(done, total int64) int {
 	}
 	return min(int(float64(done)/float64(total)*100), 99) // done < total: never 100 by rounding
 }
+
+// SubmissionDetail is one submission (taskling.Submission's JSON) with the executions that ran
+// its attempts, first attempt first.
+type SubmissionDetail struct {
+	taskling.Submission
+	AttemptsExecutions []int64 `json:"attempts_executions"`
+}
+
+// SubmissionPage is a page of a task's submissions: newest first, or in queue order when listing
+// the waiting ones. NextBefore, when not null, is the "before" parameter of the next page (never
+// set for the waiting ones, whose queue order is not id order).
+type SubmissionPage struct {
+	Submissions []taskling.Submission `json:"submissions"`
+	NextBefore  *int64                `json:"next_before"`
+}
+
+// SubmitResponse is the answer to a submission.
+type SubmitResponse struct {
+	ID int64 `json:"id"`
+}

@@ -135,8 +135,9 @@ func (c *childFlags) hold(ctx context.Context, client *taskling.Client) (childRe
 	return childResult{LeaseLosses: lost}, nil
 }
 
-// warm opens n of the pool's connections and registers the client's session.
+// warm opens n of the pool's connections (at most its size) and registers the client's session.
 func warm(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client, n int) error {
+	n = min(n, int(pool.Config().MaxConns))
 	var conns []*pgxpool.Conn
 	defer func() {
 		for _, c := range conns {

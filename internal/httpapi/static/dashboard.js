@@ -1,5 +1,5 @@
-// taskling dashboard: auto-refresh of the page's content and the overrides form. No framework,
-// no build step.
+// taskling dashboard: auto-refresh of the page's content, the overrides form and the Cancel
+// buttons of submissions. No framework, no build step.
 (function () {
   "use strict";
   var body = document.body;
@@ -7,6 +7,14 @@
 
   // The session lives in an HttpOnly cookie set by the server at sign-in: this script never sees
   // the token. Changes carry X-Taskling-Request, which a cross-site form cannot send.
+
+  // A refresh replaces the buttons in the content: never between a press and its release, which
+  // would lose the click.
+  var pressed = false;
+  document.addEventListener("pointerdown", function () { pressed = true; }, true);
+  document.addEventListener("pointerup", function () { pressed = false; }, true);
+  document.addEventListener("pointercancel", function () { pressed = false; }, true);
+  window.addEventListener("blur", function () { pressed = false; });
 
   var refreshing = false;
   function refresh() {
@@ -18,6 +26,7 @@
         return r.text();
       })
       .then(function (html) {
+        if (pressed) { return; } // the next interval brings it
         document.getElementById("content").innerHTML = html;
         document.getElementById("refresh-status").textContent = "updated " + new Date().toLocaleTimeString();
       })
@@ -28,30 +37,52 @@
   }
   if (document.getElementById("content")) { setInterval(refresh, refreshMS); }
 
-  function show(msg, ok) {
-    var out = document.getElementById("form-status");
+  function show(id, msg, ok) {
+    var out = document.getElementById(id);
+    if (!out) { return; }
     out.textContent = msg;
     out.className = ok ? "ok" : "error";
   }
 
-  function send(form, method, payload) {
+  // api sends a change to the JSON API and resolves to the answer's body.
+  function api(url, method, payload) {
     var init = { method: method, credentials: "same-origin",
       headers: { "Content-Type": "application/json", "X-Taskling-Request": "1" } };
     if (payload) { init.body = JSON.stringify(payload); }
-    return fetch(form.dataset.api, init)
-      .then(function (r) {
-        return r.json().then(function (body) {
-          if (!r.ok) { throw new Error(body.error ? body.error.message : "HTTP " + r.status); }
-          return body;
-        });
-      })
+    return fetch(url, init).then(function (r) {
+      return r.json().then(function (body) {
+        if (!r.ok) { throw new Error(body.error ? body.error.message : "HTTP " + r.status); }
+        return body;
+      });
+    });
+  }
+
+  function send(form, method, payload) {
+    return api(form.dataset.api, method, payload)
       .then(function (task) {
         var limit = task.limit === -1 ? "unlimited" : String(task.limit);
-        show("saved: limit " + limit + " (" + task.limit_source + ")", true);
+        show("form-status", "saved: limit " + limit + " (" + task.limit_source + ")", true);
         return refresh();
       })
-      .catch(function (e) { show(e.message, false); });
+      .catch(function (e) { show("form-status", e.message, false); });
   }
+
+  // Cancel buttons live in the refreshed content, so one listener on the document serves them.
+  document.addEventListener("click", function (ev) {
+    var button = ev.target.closest ? ev.target.closest("button[data-cancel-api]") : null;
+    if (!button) { return; }
+    button.disabled = true;
+    api(button.dataset.cancelApi, "POST", { reason: "cancelled from the dashboard" })
+      .then(function (sub) {
+        var what = sub.status === "cancelled" ? "cancelled" : "cancel requested (" + sub.status + ")";
+        show("cancel-status", "submission #" + sub.id + ": " + what, true);
+        return refresh();
+      })
+      .catch(function (e) {
+        button.disabled = false;
+        show("cancel-status", e.message, false);
+      });
+  });
 
   var form = document.getElementById("limit-form");
   if (form) {
