@@ -50,6 +50,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/taskling-go/taskling/dashboard"
@@ -66,6 +67,20 @@ var (
 )
 
 func export(context.Context, int64) error           { return nil }
+
+// The Submissions section's web app.
+var (
+	tx     pgx.Tx
+	upload struct {
+		ID     int64
+		SHA256 string
+	}
+)
+
+type importJob struct{ UploadID int64 }
+
+func importRows(context.Context, importJob, *taskling.Execution) error { return nil }
+func renderStatus(taskling.Submission) error                          { return nil }
 func buildInvoices(context.Context, time.Time) error { return nil }
 
 var (
