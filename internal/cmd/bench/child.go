@@ -138,18 +138,16 @@ func (c *childFlags) hold(ctx context.Context, client *taskling.Client) (childRe
 // warm opens n of the pool's connections (at most its size) and registers the client's session.
 func warm(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client, n int) error {
 	n = min(n, int(pool.Config().MaxConns))
-	var conns []*pgxpool.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
+	conns := make([]*pgxpool.Conn, 0, n)
 	for range n {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
 			return err
 		}
 		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release() // open and back in the pool, for the client below
 	}
 	if err := client.UpdateTaskSettings(ctx, "bench", "busy", taskling.SettingsUpdate{}); err != nil {
 		return err
