@@ -125,13 +125,16 @@ const updateTasksSet = `
                          ELSE d.waiters_until END`
 
 // insertExecutionsSQL inserts the executions granted or denied (a denied one starts and ends at
-// once).
+// once). Rows go in fence order: clock_timestamp() (volatile, so evaluated after the sort) then
+// gives grants of one task written together start times in fence order.
 const insertExecutionsSQL = insertExecutionsHead + `
+ORDER BY r.fence NULLS LAST, r.id
 RETURNING id, started_at`
 
 // fastInsertExecutionsSQL inserts those of tasks this transaction wrote (casTasksSQL).
 var fastInsertExecutionsSQL = insertExecutionsHead + `
 WHERE ` + fmt.Sprintf(writtenSQL, "r.task") + `
+ORDER BY r.fence NULLS LAST, r.id
 RETURNING id, started_at`
 
 const insertExecutionsHead = `

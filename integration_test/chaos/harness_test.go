@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,7 +21,10 @@ import (
 
 	"github.com/taskling-go/taskling/internal/pgcluster"
 	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tokens"
 
+	"github.com/taskling-go/taskling/integration_test/checker"
 	"github.com/taskling-go/taskling/integration_test/ledger"
 )
 
@@ -58,6 +62,20 @@ func startServer(t *testing.T, ctx context.Context) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// Runs after the stop below and before the directory goes: a failed run keeps the
+		// server's log.
+		if !t.Failed() {
+			return
+		}
+		if b, err := os.ReadFile(c.LogFile()); err == nil {
+			if f, err := os.CreateTemp("", "taskling-chaos-postgres-*.log"); err == nil {
+				_, _ = f.Write(b)
+				_ = f.Close()
+				t.Logf("server log kept in %s", f.Name())
+			}
+		}
+	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -138,14 +156,22 @@ type workerSpec struct {
 	// sameClock: the server runs on this host and reads the same clock, so ledger times need no
 	// offset (a measured one is noise: at worst half a round trip under load).
 	sameClock bool
+	// extra are more flags for the worker (-work, -hold, …).
+	extra []string
 }
 
+// startProc starts the worker of slot; through px, or straight to the database if px is nil.
 func startProc(t *testing.T, spec workerSpec, slot, incarnation int, px *toxiproxy.Proxy) *proc {
 	host := fmt.Sprintf("w%d-%d", slot, incarnation)
 	p := &proc{slot: slot, host: host, ledger: filepath.Join(spec.dir, host+".jsonl"), done: make(chan struct{}), proxy: px, stderr: &bytes.Buffer{}}
-	p.cmd = exec.Command(spec.bin, "-db", proxyURL(spec.dbURL, px.Listen), "-ledger", p.ledger, "-host", host,
+	dbURL := spec.dbURL
+	if px != nil {
+		dbURL = proxyURL(spec.dbURL, px.Listen)
+	}
+	args := []string{"-db", dbURL, "-ledger", p.ledger, "-host", host,
 		"-tasks", spec.tasks, "-g", fmt.Sprint(spec.g), "-interval", spec.interval.String(), "-threshold", spec.threshold.String(),
-		fmt.Sprintf("-same-clock=%v", spec.sameClock))
+		fmt.Sprintf("-same-clock=%v", spec.sameClock)}
+	p.cmd = exec.Command(spec.bin, append(args, spec.extra...)...)
 	p.cmd.Stderr = &lockedWriter{w: p.stderr}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -219,4 +245,242 @@ func newDatabase(t *testing.T, ctx context.Context, serverURL string) string {
 		_ = db.Drop(ctx)
 	})
 	return db.URL
+}
+
+// buildWorker builds cmd/chaosworker into dir.
+func buildWorker(t *testing.T, dir string) string {
+	bin := filepath.Join(dir, "chaosworker")
+	build := exec.Command("go", "build", "-o", bin, "github.com/taskling-go/taskling/integration_test/cmd/chaosworker")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the worker: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// watchQueues is the queue observer of check (g): until ctx ends, it reads the queue column and
+// fence of every task of app every interval, in one statement, and writes each change to w
+// (ledger.KindQueue, on the DB clock). It returns how many snapshots it wrote. Reads that fail
+// (a server restart) are skipped, and the next one waits a little.
+func watchQueues(ctx context.Context, pool *pgxpool.Pool, app string, w *ledger.Writer, every time.Duration) int {
+	type state struct {
+		fence int64
+		queue string
+	}
+	last := map[string]state{}
+	n := 0
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return n
+		case <-tick.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		rows, err := pool.Query(qctx, `SELECT task_name, fence, queue, clock_timestamp() FROM taskling.task_definition WHERE application_name = $1`, app)
+		if err != nil {
+			cancel()
+			// The server is away (a restart): do not add a connection attempt every few
+			// milliseconds to the storm of reconnecting workers.
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+			continue
+		}
+		var evs []ledger.Event
+		for rows.Next() {
+			var e ledger.Event
+			if rows.Scan(&e.Task, &e.Fence, &e.Queue, &e.At) != nil {
+				continue
+			}
+			if st := (state{e.Fence, e.Queue}); last[e.Task] != st {
+				last[e.Task] = st
+				e.Kind = ledger.KindQueue
+				evs = append(evs, e)
+			}
+		}
+		rows.Close()
+		cancel()
+		for _, e := range evs {
+			if w.Write(e) == nil {
+				n++
+			}
+		}
+	}
+}
+
+// readGrants reads every execution of app granted a slot, with its end.
+func readGrants(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) []checker.Grant {
+	rows, err := pool.Query(ctx, `
+SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
+       CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
+       coalesce(x.last_heartbeat, greatest(e.started_at, s.last_heartbeat), e.started_at), e.keep_alive_death_threshold,
+       coalesce(x.outcome = 2, false), coalesce(e.session_id, 0), coalesce((e.header->>'p')::int, 0)
+FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
+LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+LEFT JOIN taskling.session s ON s.id = e.session_id
+WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []checker.Grant
+	for rows.Next() {
+		var g checker.Grant
+		var completed, reclaimed *time.Time
+		if err := rows.Scan(&g.Exec, &g.Task, &g.Host, &g.Fence, &g.GrantedAt, &completed, &reclaimed, &g.LastKeepAlive, &g.Threshold,
+			&g.Failed, &g.Session, &g.Priority); err != nil {
+			t.Fatal(err)
+		}
+		if completed != nil {
+			g.CompletedAt = *completed
+		}
+		if reclaimed != nil {
+			g.ReclaimedAt = *reclaimed
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// ledgerHistory is what the ledgers of a run say.
+type ledgerHistory struct {
+	holds     []checker.Hold
+	queues    []checker.QueueSnapshot
+	maxOffset time.Duration // largest |offset| a worker measured to the DB clock
+}
+
+// readLedgers reads the ledgers of dir: the holders (in the order of their grants) and the queue
+// snapshots.
+func readLedgers(t *testing.T, dir string) ledgerHistory {
+	evs, err := ledger.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lh ledgerHistory
+	holds := map[int64]*checker.Hold{}
+	var order []int64
+	for _, e := range evs {
+		switch e.Kind {
+		case ledger.KindGrant:
+			if _, dup := holds[e.Exec]; dup {
+				t.Errorf("ledger: exec %d granted twice", e.Exec)
+				continue
+			}
+			holds[e.Exec] = &checker.Hold{Exec: e.Exec, Task: e.Task, Host: e.Host, Fence: e.Fence, ReturnedAt: e.At,
+				Submission: e.Submission, Attempt: e.Attempt}
+			order = append(order, e.Exec)
+		case ledger.KindStop:
+			if hd := holds[e.Exec]; hd != nil {
+				hd.StopAt, hd.Reason, hd.Observed = e.At, e.Reason, e.Observed
+			}
+		case ledger.KindComplete:
+			if hd := holds[e.Exec]; hd != nil {
+				hd.Result = e.Result
+			}
+		case ledger.KindStart:
+			if d := max(e.Offset, -e.Offset); d > lh.maxOffset {
+				lh.maxOffset = d
+			}
+		case ledger.KindQueue:
+			tickets, err := checker.ParseQueue(e.Queue)
+			if err != nil {
+				t.Errorf("(g) task %s: queue read at %s: %v", e.Task, e.At, err)
+				continue
+			}
+			lh.queues = append(lh.queues, checker.QueueSnapshot{Task: e.Task, At: e.At, Fence: e.Fence, Tickets: tickets})
+		}
+	}
+	for _, id := range order {
+		lh.holds = append(lh.holds, *holds[id])
+	}
+	return lh
+}
+
+// sweep takes every slot of every task of app (limits: task → its limit now) with a client of
+// its own (declaring the limits declared: task → the limit the workers declare), once every dead
+// holder is past its threshold, records the grants in the ledger sweeper.jsonl of dir and
+// returns the slots: a leaked slot makes it fail (check c).
+func sweep(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app, dir string, sameClock bool, interval, threshold time.Duration, limits, declared map[string]int) {
+	time.Sleep(threshold + 300*time.Millisecond)
+	sw, err := ledger.Create(filepath.Join(dir, "sweeper.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sw.Close()
+	if err := measure(ctx, pool, sw, sameClock); err != nil {
+		t.Fatal(err)
+	}
+	sweeper, err := taskling.NewClient(pool, &taskling.Config{HostName: "sweeper",
+		Defaults: taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
+		Settings: taskling.SettingsFunc(func(_ context.Context, _, task string) (taskling.TaskSettings, error) {
+			return taskling.TaskSettings{ConcurrencyLimit: declared[task]}, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sweeper.Close()
+	names := make([]string, 0, len(limits))
+	for name := range limits {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, task := range names {
+		limit := limits[task]
+		var held []*taskling.Execution
+		for range limit {
+			sctx, cancel := context.WithTimeout(ctx, 2*threshold)
+			e, err := sweeper.StartExecution(sctx, app, task, &taskling.StartOptions{WaitForSlot: true})
+			returned := time.Now()
+			cancel()
+			if err != nil {
+				t.Errorf("(c) the sweep could not take slot %d of %d of %s: %v (a leaked slot)", len(held)+1, limit, task, err)
+				break
+			}
+			_ = sw.Write(ledger.Event{Kind: ledger.KindGrant, Host: "sweeper", At: sw.DBTime(returned), Exec: e.ID(), Task: task, Fence: e.FencingToken(), GrantedAt: e.StartedAt()})
+			held = append(held, e)
+		}
+		for _, e := range held {
+			_ = sw.Write(ledger.Event{Kind: ledger.KindStop, Host: "sweeper", At: sw.Now(), Exec: e.ID(), Task: task, Reason: ledger.ReasonCompleted})
+			res := ledger.ResultOK
+			if err := e.Complete(ctx); err != nil {
+				res = ledger.ResultError
+				t.Errorf("sweep: complete: %v", err)
+			}
+			_ = sw.Write(ledger.Event{Kind: ledger.KindComplete, Host: "sweeper", At: sw.Now(), Exec: e.ID(), Task: task, Result: res})
+		}
+	}
+}
+
+// taskStates reads the task rows of app (check d).
+func taskStates(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) map[string]checker.TaskState {
+	out := map[string]checker.TaskState{}
+	rows, err := pool.Query(ctx, `
+SELECT d.task_name, d.tokens, d.fence,
+       coalesce((SELECT array_agg(e.id) FROM taskling.task_execution e
+                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)), '{}')
+FROM taskling.task_definition d WHERE d.application_name = $1`, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, text string
+		var st checker.TaskState
+		if err := rows.Scan(&name, &text, &st.Fence, &st.Open); err != nil {
+			t.Fatal(err)
+		}
+		if st.Tokens, err = tokens.Parse(text); err != nil {
+			t.Errorf("(d) task %s: stored token list: %v", name, err)
+		}
+		out[name] = st
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

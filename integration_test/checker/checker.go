@@ -26,6 +26,11 @@
 //	    SIGSTOP, a partition) stopped working within its lease (threshold − safety margin) of the
 //	    cut; a holder paused for less than its lease minus one heartbeat interval was neither
 //	    cancelled nor reclaimed for it.
+//	(g) queue order: waiters for a slot are granted in the order of the task's queue, across
+//	    processes (higher priority first, then order of queueing), within the tolerance the
+//	    design allows; see checkQueues;
+//	(s) submissions: every submission completed, exactly once in the database and at most once
+//	    in the ledgers, and no two of its attempts held a slot at once; see checkSubmissions.
 //
 // # The limit in force
 //
@@ -62,6 +67,12 @@ type Grant struct {
 	ReclaimedAt   time.Time // zero if not reclaimed
 	LastKeepAlive time.Time
 	Threshold     time.Duration
+	// Failed: the completion recorded a failure (outcome failed); CompletedAt is set.
+	Failed bool
+	// Session is the grantee's session (its process's); Priority the priority it waited at (the
+	// Priority of its start, or its submission's). Used by check (g).
+	Session  int64
+	Priority int
 }
 
 // Hold is what a worker's ledger says about one of its grants.
@@ -77,6 +88,9 @@ type Hold struct {
 	Reason   string
 	Observed time.Time // when a lease loss was observed
 	Result   string    // Complete's result; "" if none recorded
+	// Submission and Attempt: the submission attempt the holder ran under Work (0: none).
+	Submission int64
+	Attempt    int
 }
 
 // LimitChange is an operator override of a task's limit, committed within [Start, End].
@@ -122,11 +136,16 @@ type History struct {
 	// blamed on the pause.
 	ShortPauses []Window
 	Grace       time.Duration
+
+	// Queues are the snapshots of the tasks' queues for a slot the observer took (check g).
+	Queues []QueueSnapshot
+	// Submissions are the submissions of the run as the database holds them at its end (check s).
+	Submissions []SubmissionState
 }
 
 // Violation is one broken promise.
 type Violation struct {
-	Check string // "a" … "f", as in the package documentation
+	Check string // "a" … "g" and "s", as in the package documentation
 	Task  string
 	Exec  int64
 	Msg   string
@@ -150,6 +169,14 @@ type Report struct {
 	Holders, Unrecorded map[string]int
 	// Idle holders found their context cancelled on their first check and never worked.
 	Idle map[string]int
+	// QueueJudged counts, per task, the tickets judged by check (g): a ticket that waited
+	// unoffered between two snapshots while grants were made. Skipped counts the offered tickets
+	// that a grant from behind overtook (allowed), Requeued the tickets whose offer lapsed (sent
+	// to the back of their priority).
+	QueueJudged, Skipped, Requeued map[string]int
+	// Displaced counts the unoffered tickets overtaken in a window in which a ticket of a higher
+	// priority arrived (not judged: it may have taken their offer).
+	Displaced map[string]int
 }
 
 func (r *Report) add(check, task string, exec int64, format string, args ...any) {
@@ -158,7 +185,8 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 
 // Check runs every check on h.
 func Check(h History) Report {
-	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{}},
+	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
+		QueueJudged: map[string]int{}, Skipped: map[string]int{}, Requeued: map[string]int{}, Displaced: map[string]int{}},
 		changes: map[string][]LimitChange{}}
 	c.index()
 	byTask := c.holdIntervals()
@@ -171,6 +199,8 @@ func Check(h History) Report {
 	c.checkTokens()
 	c.checkOutages()
 	c.checkShortPauses()
+	c.checkQueues()
+	c.checkSubmissions()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
 	return c.r
 }

@@ -154,13 +154,7 @@ func TestCheckerCatches(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			h := cleanHistory()
 			c.edit(&h)
-			r := Check(h)
-			for _, v := range r.Violations {
-				if v.Check == c.check && strings.Contains(v.Msg, c.want) {
-					return
-				}
-			}
-			t.Fatalf("want a (%s) violation containing %q; got %v", c.check, c.want, r.Violations)
+			requireViolation(t, Check(h), c.check, c.want)
 		})
 	}
 }
@@ -192,4 +186,15 @@ func TestIdleHolder(t *testing.T) {
 	if r := Check(h); len(r.Violations) != 1 || r.Violations[0].Check != "e" {
 		t.Fatalf("idle holder whose Complete succeeded after a reclaim: %v", r.Violations)
 	}
+}
+
+// requireViolation fails the test unless r has a violation of check whose message contains want.
+func requireViolation(t *testing.T, r Report, check, want string) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if v.Check == check && strings.Contains(v.Msg, want) {
+			return
+		}
+	}
+	t.Fatalf("want a (%s) violation containing %q; got %v", check, want, r.Violations)
 }

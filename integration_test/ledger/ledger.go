@@ -31,7 +31,8 @@ const (
 	// KindStart: a worker process started (Host, PID, Offset, OffsetError).
 	KindStart Kind = "start"
 	// KindGrant: StartExecution returned a slot (Exec, Task, Fence, GrantedAt = the execution's
-	// started_at on the DB clock, At = when StartExecution returned). Written before any work.
+	// started_at on the DB clock, At = when StartExecution returned). Written before any work. An
+	// attempt run by Work also names its Submission and Attempt (At = when the function was called).
 	KindGrant Kind = "grant"
 	// KindStop: the holder stopped working (Exec, Reason, At = the last instant it worked while
 	// its context was not cancelled — zero if its very first check found the context cancelled,
@@ -42,6 +43,13 @@ const (
 	KindComplete Kind = "complete"
 	// KindExit: the worker exited cleanly.
 	KindExit Kind = "exit"
+
+	// KindQueue: the queue for a slot of Task as the observer read it from the task row in one
+	// statement (At = the statement's clock_timestamp() on the DB clock): Queue is the row's queue
+	// column verbatim (tickets in grant order, see checker.ParseQueue) and Fence the row's fence,
+	// which counts the task's grants, so that the grants made between two snapshots are exactly
+	// those whose fences lie between theirs. Written only when the queue or the fence changed.
+	KindQueue Kind = "queue"
 
 	// Nemesis events: a fault's window [At, End] on the DB clock, the process it hit (Host),
 	// and details.
@@ -62,6 +70,11 @@ const (
 	ResultOK        = "ok"
 	ResultLeaseLost = "lease_lost" // Complete returned ErrLeaseLost: the identity check failed
 	ResultError     = "error"
+	// Work attempts: the function returned an error on purpose (the attempt fails; Work marks the
+	// execution failed and the submission goes back to waiting), or returned nil without calling
+	// Complete (Work completes it; its result is not seen by the function).
+	ResultFailed   = "failed"
+	ResultReturned = "returned"
 )
 
 // Event is one line of a ledger.
@@ -86,6 +99,13 @@ type Event struct {
 	Cause     string    `json:"cause,omitempty"`
 	Result    string    `json:"result,omitempty"`
 	Error     string    `json:"error,omitempty"`
+
+	// Work attempts (grant): the submission the execution runs and which attempt it is.
+	Submission int64 `json:"submission,omitempty"`
+	Attempt    int   `json:"attempt,omitempty"`
+
+	// Queue observer (Task, Fence, At as well).
+	Queue string `json:"queue,omitempty"`
 
 	// Nemesis.
 	Fault string    `json:"fault,omitempty"`

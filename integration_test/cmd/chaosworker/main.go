@@ -4,6 +4,12 @@
 // grant, stop and completion is appended to the process's ledger file (package ledger) before
 // the worker acts on it. SIGTERM stops it cleanly: holders finish, the client closes, and an
 // exit event is written.
+//
+// With -work, the process runs Client.Work on the first task instead, with G workers: each
+// attempt is recorded like a hold (its grant names the submission and attempt), and then, as the
+// submission's id decides, completed by the function itself (Complete; the result recorded),
+// left for Work to complete (returned nil), or — the first attempt of every -fail-every'th
+// submission — failed on purpose (an error returned), so that it is attempted again.
 package main
 
 import (
@@ -44,9 +50,12 @@ func main() {
 		step       = flag.Duration("step", 5*time.Millisecond, "unit of work while holding")
 		verbose    = flag.Bool("v", false, "log warnings of the library")
 		sameClock  = flag.Bool("same-clock", false, "the server runs on this host: its clock is ours (the offset is measured and recorded, not applied)")
+		work       = flag.Bool("work", false, "run Client.Work on the first task with -g workers")
+		failEvery  = flag.Int64("fail-every", 0, "with -work: fail the first attempt of submissions whose id is a multiple of this (0: none)")
 	)
 	flag.Parse()
-	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock); err != nil {
+	opts := options{work: *work, failEvery: *failEvery}
+	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
 		os.Exit(1)
 	}
@@ -57,7 +66,13 @@ type task struct {
 	limit int
 }
 
-func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool) error {
+// options are the -work mode's.
+type options struct {
+	work      bool
+	failEvery int64
+}
+
+func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool, opts options) error {
 	var tasks []task
 	for _, s := range strings.Split(taskList, ",") {
 		var t task
@@ -91,7 +106,10 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	}
 	defer w.Close()
 	var offset, offErr time.Duration
-	for attempt := 0; ; attempt++ {
+	// A replacement process may start while the server restarts, or recovers from a crash under
+	// load (seconds): keep trying for a minute rather than die and leave its slot empty.
+	giveUp := time.Now().Add(time.Minute)
+	for {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		offset, offErr, err = ledger.MeasureOffset(octx, func(ctx context.Context) (time.Time, error) {
 			var t time.Time
@@ -99,10 +117,12 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 			return t, err
 		}, 7)
 		cancel()
-		if err == nil || attempt == 20 {
+		if err == nil || time.Now().After(giveUp) {
 			break
 		}
-		time.Sleep(250 * time.Millisecond)
+		if sleep(stop, 250*time.Millisecond); stop.Err() != nil {
+			return nil // stopped before it could start: nothing to record
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("measure the DB clock: %w", err)
@@ -127,6 +147,16 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	})
 	if err != nil {
 		return err
+	}
+	if opts.work {
+		wk := worker{w: w, client: client, app: app, task: tasks[0].name, maxHold: maxHold, step: step,
+			rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), 0)), wait: true, failEvery: opts.failEvery}
+		err := client.Work(stop, app, wk.task, wk.attempt, &taskling.WorkOptions{Workers: g, DrainTimeout: 10 * time.Second})
+		client.Close()
+		if err != nil {
+			return fmt.Errorf("work: %w", err)
+		}
+		return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
 	}
 	var wg sync.WaitGroup
 	for i := range g {
@@ -163,6 +193,43 @@ type worker struct {
 	rnd     *rand.Rand
 	wait    bool // use WaitForSlot
 	run     bool // use Client.Run (which completes) instead of StartExecution and Complete
+
+	rndMu     sync.Mutex // rnd is shared by Work's workers
+	failEvery int64
+}
+
+// errInjected fails an attempt on purpose (-fail-every).
+var errInjected = errors.New("chaosworker: attempt failed on purpose")
+
+// attempt is the function Work runs for each submission attempt: it works like a holder, then
+// completes the execution itself, leaves that to Work, or fails on purpose.
+func (wk *worker) attempt(ctx context.Context, e *taskling.Execution) error {
+	lost := wk.work(ctx, e, time.Now())
+	sub := e.SubmissionID()
+	switch {
+	case wk.failEvery > 0 && sub%wk.failEvery == 0 && e.Attempt() == 1 && !lost:
+		wk.recordResult(e.ID(), ledger.ResultFailed)
+		return errInjected
+	case sub%4 == 0:
+		wk.recordResult(e.ID(), ledger.ResultReturned)
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wk.completed(e.ID(), e.Complete(cctx))
+	return nil
+}
+
+// recordResult records how an attempt ended when the function did not call Complete.
+func (wk *worker) recordResult(id int64, result string) {
+	must(wk.w.Write(ledger.Event{Kind: ledger.KindComplete, Host: wk.client.HostName(), Exec: id, Task: wk.task, Result: result, At: wk.w.Now()}))
+}
+
+// holdFor is how long the next hold lasts: up to maxHold.
+func (wk *worker) holdFor() time.Duration {
+	wk.rndMu.Lock()
+	defer wk.rndMu.Unlock()
+	return time.Duration(wk.rnd.Int64N(int64(wk.maxHold)))
 }
 
 func (wk *worker) loop(stop context.Context) {
@@ -231,14 +298,15 @@ func (wk *worker) completed(id int64, err error) {
 	must(wk.w.Write(res))
 }
 
-// work records the grant, works in steps while ctx is not cancelled and records the stop. Under
-// Run, Run completes the execution afterwards (its result is recorded by runResult).
-func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time.Time) {
+// work records the grant, works in steps while ctx is not cancelled and records the stop; it
+// reports whether ctx was cancelled. Under Run, Run completes the execution afterwards (its
+// result is recorded by runResult).
+func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time.Time) (lost bool) {
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
-		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run]}))
-	until := time.Now().Add(time.Duration(wk.rnd.Int64N(int64(wk.maxHold))))
+		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run],
+		Submission: e.SubmissionID(), Attempt: e.Attempt()}))
+	until := time.Now().Add(wk.holdFor())
 	var lastOK time.Time // zero until a check passes: a holder whose first check fails never worked
-	lost := false
 	for {
 		if ctx.Err() != nil {
 			lost = true
@@ -273,6 +341,7 @@ func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time
 		stopEv.At = wk.w.Now() // Complete is called after this instant
 	}
 	must(wk.w.Write(stopEv))
+	return lost
 }
 
 func sleep(ctx context.Context, d time.Duration) {
