@@ -129,11 +129,17 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 
 func (c *Client) waitForSlot(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
 	wake, unsubscribe := c.notifier.Subscribe(req.TaskID)
-	defer c.notifier.Pass(req.TaskID) // after unsubscribing: wake the next waiter
+	granted := false
+	defer func() {
+		// A waiter that got its slot wakes nobody: a slot offered to the next ticket is
+		// announced to that ticket's waiter. One that gave up may have been offered one.
+		if !granted {
+			c.notifier.Pass(req.TaskID)
+		}
+	}()
 	defer unsubscribe()
 	c.hb.addWaiter(settings.KeepAliveInterval) // the session, so the ticket, stays alive
 	defer c.hb.removeWaiter(settings.KeepAliveInterval)
-	granted := false
 	defer func() {
 		if !granted {
 			c.leave(ctx, req) // whatever ended the wait, the ticket must not hold the line
