@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -256,7 +255,7 @@ func TestServeAnswersUntilStopped(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	errOut := &syncBuffer{}
+	errOut := &testutil.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0"}, &bytes.Buffer{}, errOut, func(k string) string {
@@ -309,7 +308,7 @@ func TestServeRefusesAShortTokenAndKeepsProtectReadsAsANoOp(t *testing.T) {
 	f := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testutil.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--protect-reads"}, &bytes.Buffer{}, out, func(k string) string {
@@ -326,23 +325,6 @@ func TestServeRefusesAShortTokenAndKeepsProtectReadsAsANoOp(t *testing.T) {
 	require.Contains(t, out.String(), "--protect-reads is deprecated and does nothing")
 	cancel()
 	require.Equal(t, exitOK, <-done, out.String())
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestStoredTextIsEscapedForTheTerminal is issue 15 item 6: reference values and messages reached
