@@ -269,12 +269,6 @@ ORDER BY ` + order + ` LIMIT $4`
 	return out, nil
 }
 
-// SubmissionCounts are how many of a task's submissions wait and run.
-type SubmissionCounts struct {
-	Waiting    int `db:"waiting"`
-	InProgress int `db:"in_progress"`
-}
-
 // SubmissionAttempt is one attempt of a submission.
 type SubmissionAttempt struct {
 	Attempt     int   `db:"attempt"`
@@ -315,15 +309,4 @@ func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string) (
 		return 0, false, fmt.Errorf("execution: cancel submission %d: %w", id, err)
 	}
 	return status, true, nil
-}
-
-// WaitingSubmissions counts the task's submissions that wait or run.
-func (s *Store) WaitingSubmissions(ctx context.Context, taskID int64) (SubmissionCounts, error) {
-	var c SubmissionCounts
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 1), count(*) FILTER (WHERE status = 2)
-FROM taskling.submission WHERE task_id = $1 AND status IN (1, 2)`, taskID).Scan(&c.Waiting, &c.InProgress)
-	if err != nil {
-		return c, fmt.Errorf("execution: count submissions of task %d: %w", taskID, err)
-	}
-	return c, nil
 }

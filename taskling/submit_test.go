@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskling-go/taskling/internal/pgtest"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -339,4 +340,41 @@ func TestSubmitRejectsBadOptions(t *testing.T) {
 	err = b.client.Work(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { return nil }, &taskling.WorkOptions{Workers: -1})
 	require.ErrorContains(t, err, "WorkOptions.Workers")
 	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM taskling.submission`))
+}
+
+// Shutdown drains RunScheduler too: a run in progress finishes, and no instant is claimed after.
+func TestShutdownDrainsTheScheduler(t *testing.T) {
+	t.Parallel()
+	pool, _ := pgtest.NewDB(t)
+	release := make(chan struct{})
+	var started, finished atomic.Int32
+	c := newClient(t, pool, &taskling.Config{HostName: "host-a", Defaults: fast})
+	require.NoError(t, c.Schedule(context.Background(), "app", "cron", "* * * * * *", func(ctx context.Context, e *taskling.Execution) error {
+		started.Add(1)
+		select {
+		case <-release:
+			finished.Add(1)
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}, nil))
+	done := make(chan error, 1)
+	go func() { done <- c.RunScheduler(context.Background()) }()
+	require.Eventually(t, func() bool { return started.Load() == 1 }, 10*time.Second, 10*time.Millisecond)
+	shut := make(chan error, 1)
+	go func() { shut <- c.Shutdown(context.Background()) }()
+	time.Sleep(1500 * time.Millisecond) // past the next instant
+	select {
+	case err := <-shut:
+		t.Fatalf("Shutdown returned with a run in progress: %v", err)
+	default:
+	}
+	close(release)
+	require.NoError(t, <-shut)
+	require.NoError(t, <-done)
+	ran, blocked := scheduledExecutions(t, c)
+	require.Len(t, ran, 1)
+	require.Empty(t, blocked, "no instant is claimed (not even as overlap-skipped) once Shutdown began")
+	require.Equal(t, int32(1), finished.Load(), "the run in progress was not cancelled")
 }
