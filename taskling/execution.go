@@ -3,6 +3,7 @@ package taskling
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -52,6 +53,7 @@ type Execution struct {
 	completing    sync.Mutex // serializes Complete calls
 	completed     bool
 	completeErr   error
+	lists         []*ListBlock // list blocks whose buffered item statuses Complete writes
 
 	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
 	// other transactions on the task) but a heartbeat that finds the execution ended is then
@@ -231,6 +233,7 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	}
 	e.releasing.Store(true)
 	defer e.releasing.Store(false)
+	flushErr := e.flushLists(ctx) // before the slot goes: the items' work was done under it
 	req := execution.ReleaseRequest{TaskID: e.taskID, TaskName: e.app + "/" + e.task, ExecutionID: e.id, TokenID: e.tokenID,
 		Failed: failed, ReferenceValue: e.reference, Idempotent: e.idempotent}
 	var res execution.ReleaseResult
@@ -269,6 +272,9 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	}
 	if res.LeaseLost {
 		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s had been reclaimed; its slot belongs to another execution", ErrLeaseLost, e.id, e.app, e.task)
+	}
+	if flushErr != nil {
+		return errors.Join(e.completeErr, fmt.Errorf("taskling: execution %d: writing list item statuses: %w", e.id, flushErr))
 	}
 	return e.completeErr
 }

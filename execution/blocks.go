@@ -1,0 +1,599 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/georgysavva/scany/v2/pgxscan"
+	"github.com/jackc/pgx/v5"
+)
+
+// Blocks (migration 0008): an execution's work in durable units. Taking a block — a new one, or
+// one to run again — writes its next attempt: the block row's latest attempt moves by
+// compare-and-set (FOR UPDATE SKIP LOCKED, then attempts = the value read), and block_attempt's
+// key (block, attempt) refuses a second taker, so two executions never hold one block. A block
+// whose latest attempt did not end is live while its execution runs, judged exactly like a slot
+// (statusSQL): once that execution is dead, reclaimed or ended, the block is dead.
+
+// Block kinds, as stored.
+const (
+	BlockNumeric int16 = 1
+	BlockDate    int16 = 2
+	BlockList    int16 = 3
+	BlockObject  int16 = 4
+)
+
+// Block attempt statuses, as stored.
+const (
+	BlockNotStarted int16 = 1
+	BlockStarted    int16 = 2
+	BlockCompleted  int16 = 3
+	BlockFailed     int16 = 4
+)
+
+// List item statuses, as stored.
+const (
+	ItemPending   int16 = 1
+	ItemCompleted int16 = 2
+	ItemFailed    int16 = 3
+	ItemDiscarded int16 = 4
+)
+
+// ErrBlockLost: the block's attempt is no longer the caller's (another execution took the block
+// after the caller's was judged dead), or it already ended.
+var ErrBlockLost = errors.New("block attempt is not the latest, or has ended")
+
+// RetryRule takes failed or dead blocks again: those whose latest attempt's execution started
+// within Within, at most Limit times each (Limit + 1 attempts in all).
+type RetryRule struct {
+	Within time.Duration
+	Limit  int
+}
+
+// TakeBlocksRequest is one request for blocks of one kind, served in one transaction: forced
+// blocks, then dead ones, then failed ones, then new ones, at most Max in all (0: no cap).
+type TakeBlocksRequest struct {
+	TaskID, ExecutionID int64
+	Kind                int16
+	Max                 int
+	Dead, Failed        *RetryRule
+	// Reference, when set, takes only the blocks attempted by executions with this reference
+	// value: those not completed, or all of them with ReferenceAll. Nothing else is taken.
+	Reference    *string
+	ReferenceAll bool
+	// New creates the new blocks, given the end of the task's last block of this kind (nil if
+	// none) and how many may be created (-1: any number). nil: no new blocks.
+	New func(last *BlockEnd, room int) (NewBlocks, error)
+}
+
+// BlockEnd is where the task's last block of a kind ends: the greatest to_number or to_date.
+type BlockEnd struct {
+	Number int64
+	Date   time.Time
+}
+
+// NewBlocks are blocks to create, all of the request's kind.
+type NewBlocks struct {
+	FromNumbers, ToNumbers []int64
+	FromDates, ToDates     []time.Time
+	Values                 [][]byte   // object values
+	Header                 []byte     // list blocks' header
+	Items                  [][][]byte // list blocks' items, one slice per block
+}
+
+func (n NewBlocks) count() int {
+	return max(len(n.FromNumbers), len(n.FromDates), len(n.Values), len(n.Items))
+}
+
+// BlockRow is a block as taken or listed.
+type BlockRow struct {
+	ID          int64      `db:"id"`
+	TaskID      int64      `db:"task_id"`
+	Kind        int16      `db:"kind"`
+	FromNumber  *int64     `db:"from_number"`
+	ToNumber    *int64     `db:"to_number"`
+	FromDate    *time.Time `db:"from_date"`
+	ToDate      *time.Time `db:"to_date"`
+	Value       []byte     `db:"value"`
+	ItemCount   int        `db:"item_count"`
+	CreatedAt   time.Time  `db:"created_at"`
+	Attempt     int        `db:"attempts"`
+	Status      int16      `db:"status"`
+	ExecutionID int64      `db:"execution_id"`
+	// Forced: taken because an operator forced it. ItemsDone: a list block's items already
+	// completed or discarded when it was taken.
+	Forced    bool  `db:"forced"`
+	ItemsDone int64 `db:"items_done"`
+}
+
+const blockColumns = `b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id`
+
+// ownerFrom joins a block (b) with its latest attempt's execution (e), its end (x) and session
+// (s), for statusSQL.
+const ownerFrom = `taskling.block b
+    JOIN taskling.task_execution e ON e.id = b.execution_id
+    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    LEFT JOIN taskling.session s ON s.id = e.session_id`
+
+// notLiveSQL: block b's latest attempt ended, or its execution is not running.
+var notLiveSQL = `(b.status >= 3 OR ` + statusSQL + ` <> 'in_progress')`
+
+// claimSQL takes, for execution $4, up to $3 blocks of task $1 and kind $2 chosen by where,
+// oldest first, each with its next attempt ($5: forced).
+func claimSQL(where string) string {
+	return `
+WITH cand AS (
+    SELECT b.id, b.attempts
+    FROM ` + ownerFrom + `
+    WHERE b.task_id = $1 AND b.kind = $2 AND ` + notLiveSQL + ` AND ` + where + `
+    ORDER BY b.created_at, b.id
+    LIMIT $3
+    FOR UPDATE OF b SKIP LOCKED
+), claimed AS (
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = 1, execution_id = $4
+    FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
+    RETURNING b.*
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
+    SELECT id, attempts, $4, $5 FROM claimed
+), forced AS (
+    UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
+    FROM claimed WHERE $5 AND f.block_id = claimed.id AND f.taken_at IS NULL
+)
+SELECT ` + blockColumns + `, $5 AS forced,
+    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id AND i.status IN (2, 4)) AS items_done
+FROM claimed b
+ORDER BY b.created_at, b.id`
+}
+
+var (
+	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
+	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $6 AND e.started_at >= clock_timestamp() - $7::interval`)
+	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $6 AND e.started_at >= clock_timestamp() - $7::interval`)
+	claimRefSQL    = claimSQL(`($7 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
+        JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $6)`)
+)
+
+// blockLockClass is the first key of the advisory lock that serializes the creation of a task's
+// new blocks (the second is the task id): "tkbl".
+const blockLockClass = 0x746b626c
+
+const lastBlockEndSQL = `SELECT max(to_number), max(to_date) FROM taskling.block WHERE task_id = $1 AND kind = $2`
+
+// insertBlocksSQL creates the new blocks of execution $2 (first attempt) for task $1, kind $3;
+// a range that exists already is skipped.
+const insertBlocksSQL = `
+WITH nb AS (
+    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, from_date, to_date, value, item_count)
+    SELECT $1, $3, $2, fn, tn, fd, td, v, coalesce(ic, 0)
+    FROM unnest($4::bigint[], $5::bigint[], $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::integer[])
+        WITH ORDINALITY AS u(fn, tn, fd, td, v, ic, ord)
+    ORDER BY ord
+    ON CONFLICT DO NOTHING
+    RETURNING *
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id) SELECT id, 1, $2 FROM nb
+)
+SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done FROM nb b ORDER BY b.id`
+
+const addProgressSQL = `UPDATE taskling.task_execution
+SET items_done = coalesce(items_done, 0) + $2, items_total = coalesce(items_total, 0) + $3 WHERE id = $1`
+
+// TakeBlocks serves req in one READ COMMITTED transaction and returns the blocks taken, in the
+// order forced, dead, failed, new (oldest first within each).
+func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units func(BlockRow) int64) ([]BlockRow, error) {
+	var out []BlockRow
+	err := s.blockTx(ctx, func(tx pgx.Tx) error {
+		out = out[:0]
+		room := func() int {
+			if req.Max <= 0 {
+				return math.MaxInt32
+			}
+			return req.Max - len(out)
+		}
+		claim := func(sql string, forced bool, args ...any) error {
+			if room() <= 0 {
+				return nil
+			}
+			var rows []BlockRow
+			all := append([]any{req.TaskID, req.Kind, room(), req.ExecutionID, forced}, args...)
+			if err := pgxscan.Select(ctx, tx, &rows, sql, all...); err != nil {
+				return err
+			}
+			out = append(out, rows...)
+			return nil
+		}
+		if req.Reference != nil {
+			if err := claim(claimRefSQL, false, *req.Reference, req.ReferenceAll); err != nil {
+				return err
+			}
+			return s.addProgress(ctx, tx, req.ExecutionID, out, units)
+		}
+		if err := claim(claimForcedSQL, true); err != nil {
+			return err
+		}
+		if r := req.Dead; r != nil {
+			if err := claim(claimDeadSQL, false, r.Limit, r.Within); err != nil {
+				return err
+			}
+		}
+		if r := req.Failed; r != nil {
+			if err := claim(claimFailedSQL, false, r.Limit, r.Within); err != nil {
+				return err
+			}
+		}
+		if req.New != nil && room() > 0 {
+			created, err := s.createBlocks(ctx, tx, req, room())
+			if err != nil {
+				return err
+			}
+			out = append(out, created...)
+		}
+		return s.addProgress(ctx, tx, req.ExecutionID, out, units)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("execution: take blocks of task %d: %w", req.TaskID, err)
+	}
+	return out, nil
+}
+
+func (s *Store) addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow, units func(BlockRow) int64) error {
+	var done, total int64
+	for _, b := range blocks {
+		total += units(b)
+		done += b.ItemsDone
+	}
+	if total == 0 {
+		return nil
+	}
+	_, err := tx.Exec(ctx, addProgressSQL, exec, done, total)
+	return err
+}
+
+// createBlocks creates req's new blocks under the task's block lock, so that two executions that
+// continue from the last block never create overlapping ranges.
+func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksRequest, room int) ([]BlockRow, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID)); err != nil {
+		return nil, err
+	}
+	var last *BlockEnd
+	if req.Kind == BlockNumeric || req.Kind == BlockDate {
+		var n *int64
+		var d *time.Time
+		if err := tx.QueryRow(ctx, lastBlockEndSQL, req.TaskID, req.Kind).Scan(&n, &d); err != nil {
+			return nil, err
+		}
+		switch {
+		case n != nil:
+			last = &BlockEnd{Number: *n}
+		case d != nil:
+			last = &BlockEnd{Date: *d}
+		}
+	}
+	if room == math.MaxInt32 {
+		room = -1
+	}
+	nb, err := req.New(last, room)
+	if err != nil {
+		return nil, err
+	}
+	n := nb.count()
+	if n == 0 {
+		return nil, nil
+	}
+	fn, tn := make([]*int64, n), make([]*int64, n)
+	fd, td := make([]*time.Time, n), make([]*time.Time, n)
+	vals, counts := make([][]byte, n), make([]*int32, n)
+	for i := range n {
+		switch req.Kind {
+		case BlockNumeric:
+			fn[i], tn[i] = &nb.FromNumbers[i], &nb.ToNumbers[i]
+		case BlockDate:
+			fd[i], td[i] = &nb.FromDates[i], &nb.ToDates[i]
+		case BlockObject:
+			vals[i] = nb.Values[i]
+		case BlockList:
+			vals[i] = nb.Header
+			c := int32(len(nb.Items[i]))
+			counts[i] = &c
+		}
+	}
+	var rows []BlockRow
+	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts); err != nil {
+		return nil, err
+	}
+	if req.Kind == BlockList {
+		if err := insertItems(ctx, tx, rows, nb.Items); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
+// insertItems copies the items of the list blocks just created (rows, in creation order).
+func insertItems(ctx context.Context, tx pgx.Tx, rows []BlockRow, items [][][]byte) error {
+	if len(rows) != len(items) {
+		return fmt.Errorf("created %d list blocks of %d", len(rows), len(items))
+	}
+	var copyRows [][]any
+	for i, b := range rows {
+		for n, v := range items[i] {
+			copyRows = append(copyRows, []any{b.ID, int32(n + 1), string(v)})
+		}
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"taskling", "list_item"}, []string{"block_id", "n", "value"}, pgx.CopyFromRows(copyRows))
+	return err
+}
+
+// blockTx runs fn in a READ COMMITTED transaction (SKIP LOCKED and the compare-and-set above rely
+// on its re-reading of changed rows), retrying a serialization failure or deadlock.
+func (s *Store) blockTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+		if err == nil || !isRetryable(err) || attempt >= 5 {
+			return err
+		}
+	}
+}
+
+// setBlockStatusSQL moves block $1's attempt $2 (if still its latest and not ended) to status
+// $3, and adds $5 done items to its execution's progress.
+const setBlockStatusSQL = `
+WITH b AS (
+    UPDATE taskling.block SET status = $3
+    WHERE id = $1 AND attempts = $2 AND status IN (1, 2)
+    RETURNING id, execution_id
+), a AS (
+    UPDATE taskling.block_attempt a
+    SET status = $3,
+        started_at = CASE WHEN $3 = 2 THEN clock_timestamp() ELSE a.started_at END,
+        ended_at = CASE WHEN $3 >= 3 THEN clock_timestamp() END,
+        items_done = coalesce($4, a.items_done),
+        message = coalesce($6, a.message)
+    FROM b WHERE a.block_id = b.id AND a.attempt = $2
+    RETURNING a.block_id
+), p AS (
+    UPDATE taskling.task_execution e SET items_done = coalesce(e.items_done, 0) + $5
+    FROM b WHERE $5 <> 0 AND e.id = b.execution_id
+)
+SELECT count(*) FROM a`
+
+// SetBlockStatus moves a block's attempt to status (started, completed or failed); itemsDone
+// (nil: unchanged) is stored with it, progress is added to its execution's items done, message
+// (nil: none) is a failure's. ErrBlockLost when the attempt is not the block's latest or has
+// ended.
+func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, status int16, itemsDone *int64, progress int64, message *string) error {
+	var n int
+	if err := s.pool.QueryRow(ctx, setBlockStatusSQL, blockID, attempt, status, itemsDone, progress, message).Scan(&n); err != nil {
+		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
+	}
+	return nil
+}
+
+// ItemRow is a list block's item.
+type ItemRow struct {
+	N         int       `db:"n"`
+	Value     []byte    `db:"value"`
+	Status    int16     `db:"status"`
+	Reason    *string   `db:"reason"`
+	Step      *int16    `db:"step"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+// Items returns a list block's items with one of statuses (all if none), in order.
+func (s *Store) Items(ctx context.Context, blockID int64, statuses []int16) ([]ItemRow, error) {
+	var out []ItemRow
+	err := pgxscan.Select(ctx, s.pool, &out, `SELECT n, value, status, reason, step, updated_at FROM taskling.list_item
+        WHERE block_id = $1 AND (cardinality($2::smallint[]) = 0 OR status = ANY($2)) ORDER BY n`, blockID, statuses)
+	if err != nil {
+		return nil, fmt.Errorf("execution: items of block %d: %w", blockID, err)
+	}
+	return out, nil
+}
+
+// ItemUpdate is one item's new status.
+type ItemUpdate struct {
+	N      int
+	Status int16
+	Reason *string
+	Step   *int16
+}
+
+// updateItemsSQL writes item statuses of block $1 while attempt $2 is its latest and running: the
+// block row is locked (FOR SHARE) against a taker until the statement commits. Items newly
+// completed or discarded are added to the execution's progress.
+const updateItemsSQL = `
+WITH b AS (
+    SELECT id, execution_id FROM taskling.block WHERE id = $1 AND attempts = $2 AND status IN (1, 2) FOR SHARE
+), u AS (
+    SELECT * FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::smallint[]) AS u(n, status, reason, step)
+), old AS (
+    SELECT i.n, i.status FROM taskling.list_item i JOIN u ON u.n = i.n WHERE i.block_id = $1
+), upd AS (
+    UPDATE taskling.list_item i SET status = u.status, reason = u.reason, step = u.step, updated_at = clock_timestamp()
+    FROM u, b WHERE i.block_id = b.id AND i.n = u.n
+    RETURNING i.n, i.status
+), p AS (
+    UPDATE taskling.task_execution e
+    SET items_done = coalesce(e.items_done, 0)
+        + (SELECT count(*) FROM upd JOIN old ON old.n = upd.n WHERE upd.status IN (2, 4) AND old.status NOT IN (2, 4))
+        - (SELECT count(*) FROM upd JOIN old ON old.n = upd.n WHERE upd.status NOT IN (2, 4) AND old.status IN (2, 4))
+    FROM b WHERE e.id = b.execution_id
+)
+SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM upd)`
+
+// UpdateItems writes item statuses of a list block's attempt in one statement. ErrBlockLost when
+// the attempt is not the block's latest or has ended; an error naming them when items are
+// missing.
+func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, updates []ItemUpdate) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	ns, sts := make([]int32, len(updates)), make([]int16, len(updates))
+	reasons, steps := make([]*string, len(updates)), make([]*int16, len(updates))
+	for i, u := range updates {
+		ns[i], sts[i], reasons[i], steps[i] = int32(u.N), u.Status, u.Reason, u.Step
+	}
+	var locked, updated int
+	if err := s.pool.QueryRow(ctx, updateItemsSQL, blockID, attempt, ns, sts, reasons, steps).Scan(&locked, &updated); err != nil {
+		return fmt.Errorf("execution: items of block %d: %w", blockID, err)
+	}
+	switch {
+	case locked == 0:
+		return fmt.Errorf("execution: items of block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
+	case updated != len(updates):
+		return fmt.Errorf("execution: block %d: %d of %d items updated (unknown item numbers)", blockID, updated, len(updates))
+	}
+	return nil
+}
+
+// ItemCounts are a list block's items by status.
+type ItemCounts struct {
+	Pending, Completed, Failed, Discarded int64
+}
+
+// CountItems counts a list block's items by status.
+func (s *Store) CountItems(ctx context.Context, blockID int64) (ItemCounts, error) {
+	var c ItemCounts
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 1), count(*) FILTER (WHERE status = 2),
+        count(*) FILTER (WHERE status = 3), count(*) FILTER (WHERE status = 4) FROM taskling.list_item WHERE block_id = $1`,
+		blockID).Scan(&c.Pending, &c.Completed, &c.Failed, &c.Discarded)
+	if err != nil {
+		return c, fmt.Errorf("execution: items of block %d: %w", blockID, err)
+	}
+	return c, nil
+}
+
+// LastBlock returns the task's last block of kind, by order: "created" (the newest), "from" (the
+// greatest start) or "to" (the greatest end); ok is false when there is none.
+func (s *Store) LastBlock(ctx context.Context, taskID int64, kind int16, order string) (row BlockRow, ok bool, err error) {
+	by := map[string]string{"created": "b.id DESC", "from": "b.from_number DESC NULLS LAST, b.from_date DESC NULLS LAST, b.id DESC",
+		"to": "b.to_number DESC NULLS LAST, b.to_date DESC NULLS LAST, b.id DESC"}[order]
+	if by == "" {
+		return row, false, fmt.Errorf("execution: unknown last-block order %q", order)
+	}
+	var rows []BlockRow
+	err = pgxscan.Select(ctx, s.pool, &rows, `SELECT `+blockColumns+`, false AS forced, 0::bigint AS items_done
+        FROM taskling.block b WHERE b.task_id = $1 AND b.kind = $2 ORDER BY `+by+` LIMIT 1`, taskID, kind)
+	if err != nil || len(rows) == 0 {
+		return row, false, err
+	}
+	return rows[0], true, nil
+}
+
+// ErrBlockNotFound: no block has the id.
+var ErrBlockNotFound = errors.New("no such block")
+
+// ForceBlock queues block id to be taken first by the next execution of its task that asks for
+// blocks of its kind (again: once queued, forcing it is a no-op until taken). It returns the
+// block's task.
+func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, error) {
+	var task int64
+	err := s.pool.QueryRow(ctx, `
+WITH b AS (SELECT id, task_id FROM taskling.block WHERE id = $1),
+ins AS (
+    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $2 FROM b
+    ON CONFLICT (block_id) WHERE taken_at IS NULL DO NOTHING
+)
+SELECT task_id FROM b`, id, by).Scan(&task)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("execution: block %d: %w", id, ErrBlockNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("execution: force block %d: %w", id, err)
+	}
+	return task, nil
+}
+
+// BlockInfo is a block with its latest attempt's state, as operators see it.
+type BlockInfo struct {
+	BlockRow
+	// Live: the latest attempt has not ended and its execution runs; Dead: it has not ended and
+	// its execution does not run.
+	Live          bool    `db:"live"`
+	Dead          bool    `db:"dead"`
+	ForcePending  bool    `db:"force_pending"`
+	LatestMessage *string `db:"message"`
+}
+
+var blockInfoSQL = `SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done,
+    (b.status IN (1, 2) AND ` + statusSQL + ` = 'in_progress') AS live,
+    (b.status IN (1, 2) AND ` + statusSQL + ` <> 'in_progress') AS dead,
+    EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
+    (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message
+FROM ` + ownerFrom
+
+// ExecutionBlocks lists the blocks an execution attempted, by block id.
+func (s *Store) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
+	var out []BlockInfo
+	err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+`
+WHERE b.id IN (SELECT block_id FROM taskling.block_attempt WHERE execution_id = $1) ORDER BY b.id`, executionID)
+	if err != nil {
+		return nil, fmt.Errorf("execution: blocks of execution %d: %w", executionID, err)
+	}
+	return out, nil
+}
+
+// TaskBlocksFilter narrows TaskBlocks: AtLimit keeps blocks not completed whose attempts reached
+// it (0: no filter); Limit caps the rows (newest first).
+type TaskBlocksFilter struct {
+	AtLimit int
+	Limit   int
+}
+
+// TaskBlocks lists a task's blocks, newest first.
+func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter) ([]BlockInfo, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	var out []BlockInfo
+	err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+`
+WHERE b.task_id = $1 AND ($2 = 0 OR (b.status <> 3 AND b.attempts >= $2)) ORDER BY b.id DESC LIMIT $3`, taskID, f.AtLimit, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("execution: blocks of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
+
+// BlockByID returns one block.
+func (s *Store) BlockByID(ctx context.Context, id int64) (BlockInfo, bool, error) {
+	var out []BlockInfo
+	if err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+` WHERE b.id = $1`, id); err != nil {
+		return BlockInfo{}, false, fmt.Errorf("execution: block %d: %w", id, err)
+	}
+	if len(out) == 0 {
+		return BlockInfo{}, false, nil
+	}
+	return out[0], true, nil
+}
+
+// BlockAttempt is one attempt of a block.
+type BlockAttempt struct {
+	Attempt     int        `db:"attempt"`
+	ExecutionID int64      `db:"execution_id"`
+	Status      int16      `db:"status"`
+	Forced      bool       `db:"forced"`
+	CreatedAt   time.Time  `db:"created_at"`
+	StartedAt   *time.Time `db:"started_at"`
+	EndedAt     *time.Time `db:"ended_at"`
+	ItemsDone   *int64     `db:"items_done"`
+	Message     *string    `db:"message"`
+}
+
+// BlockAttempts lists a block's attempts, first first.
+func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, error) {
+	var out []BlockAttempt
+	err := pgxscan.Select(ctx, s.pool, &out, `SELECT attempt, execution_id, status, forced, created_at, started_at, ended_at,
+    items_done, message FROM taskling.block_attempt WHERE block_id = $1 ORDER BY attempt`, id)
+	if err != nil {
+		return nil, fmt.Errorf("execution: attempts of block %d: %w", id, err)
+	}
+	return out, nil
+}

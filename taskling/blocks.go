@@ -1,0 +1,737 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// Blocks split an execution's work into durable units. An execution asks for blocks of one kind
+// (NumericBlocks, DateBlocks, ListBlocks, ObjectBlocks) and gets, in this order: blocks an
+// operator forced, then dead blocks and failed blocks (only when BlockOptions asks for them,
+// within a retry limit and a detection window), then new ones, at most BlockOptions.MaxBlocks in
+// all. Each block it gets is a new attempt of that block (Attempt 1 for a new block), and no
+// other execution gets the same block while this attempt is live. A block whose execution dies
+// (missed its heartbeat threshold, or was reclaimed, or ended without finishing the block) is
+// dead, judged exactly like a slot: by then that execution's Context is already cancelled.
+
+// Limits on what a block stores.
+const (
+	// MaxBlockValueLength is the longest object block value, list block header or list item, in
+	// bytes of JSON.
+	MaxBlockValueLength = 1 << 20
+	// MaxListBlockSize is the most items one list block holds.
+	MaxListBlockSize = 100_000
+)
+
+// ErrBlockLost: the block is no longer this attempt's — its execution was judged dead and another
+// execution took the block — or the attempt already ended.
+var ErrBlockLost = execution.ErrBlockLost
+
+// BlockKind is the kind of a block.
+type BlockKind int
+
+const (
+	KindNumericRange BlockKind = BlockKind(execution.BlockNumeric)
+	KindDateRange    BlockKind = BlockKind(execution.BlockDate)
+	KindList         BlockKind = BlockKind(execution.BlockList)
+	KindObject       BlockKind = BlockKind(execution.BlockObject)
+)
+
+func (k BlockKind) String() string {
+	switch k {
+	case KindNumericRange:
+		return "numeric"
+	case KindDateRange:
+		return "date"
+	case KindList:
+		return "list"
+	case KindObject:
+		return "object"
+	}
+	return fmt.Sprintf("BlockKind(%d)", int(k))
+}
+
+// RetryPolicy takes old blocks again: those whose last attempt's execution started within Within,
+// and at most RetryLimit times each (RetryLimit + 1 attempts in all).
+type RetryPolicy struct {
+	Within     time.Duration
+	RetryLimit int
+}
+
+// ReprocessReference takes only the blocks attempted by the executions with ReferenceValue:
+// those not completed, or every one with All. No forced, dead, failed or new blocks are taken,
+// and MaxBlocks still applies.
+type ReprocessReference struct {
+	ReferenceValue string
+	All            bool
+}
+
+// BlockOptions choose which blocks an execution gets. A nil *BlockOptions means new blocks only,
+// with no cap.
+type BlockOptions struct {
+	// MaxBlocks caps the blocks of one call, forced ones included (0: no cap).
+	MaxBlocks int
+	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never).
+	ReprocessDead, ReprocessFailed *RetryPolicy
+	// OnlyOld creates no new blocks: only forced, dead and failed ones are taken.
+	OnlyOld bool
+	// ContinueFromLast starts a range after the end of the task's last block of the same kind
+	// (the range's From is then only a floor). Two executions that continue at once never create
+	// the same or overlapping ranges: creation is serialized per task.
+	ContinueFromLast bool
+	// Reprocess takes the blocks of earlier executions by their reference value, and nothing else.
+	Reprocess *ReprocessReference
+}
+
+// NumericRange is the range [From, To] of integers, split into blocks of at most MaxSize
+// numbers. Numeric blocks are inclusive at both ends and never overlap.
+type NumericRange struct {
+	From, To, MaxSize int64
+}
+
+// DateRange is the range [From, To) of time, split into blocks of at most MaxSpan. Date blocks
+// are half-open: a block ends where the next begins.
+type DateRange struct {
+	From, To time.Time
+	MaxSpan  time.Duration
+}
+
+// Block is one attempt of a numeric, date or object block. Its methods are safe for concurrent
+// use.
+type Block struct {
+	ID        int64
+	Kind      BlockKind
+	Attempt   int  // 1 for a new block
+	Forced    bool // an operator forced it to run again
+	CreatedAt time.Time
+	// From and To: a numeric block's numbers (inclusive).
+	From, To int64
+	// FromTime and ToTime: a date block's span [FromTime, ToTime).
+	FromTime, ToTime time.Time
+	// Value: an object block's value (JSON).
+	Value json.RawMessage
+
+	e     *Execution
+	units int64 // its weight in its execution's progress
+}
+
+// Decode decodes an object block's value into v.
+func (b *Block) Decode(v any) error {
+	if err := json.Unmarshal(b.Value, v); err != nil {
+		return fmt.Errorf("taskling: decode block %d: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Start marks the attempt started.
+func (b *Block) Start(ctx context.Context) error {
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockStarted, nil, 0, nil)
+}
+
+// Complete marks the attempt completed, with the number of items it processed (stored with the
+// attempt). The execution's progress counts the block's numbers (numeric) or one (date, object).
+func (b *Block) Complete(ctx context.Context, itemsProcessed int64) error {
+	if itemsProcessed < 0 {
+		return fmt.Errorf("%w: Block.Complete: itemsProcessed is %d; must not be negative", ErrInvalidArgument, itemsProcessed)
+	}
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockCompleted, &itemsProcessed, b.units, nil)
+}
+
+// Fail marks the attempt failed with a message (truncated to MaxMessageLength); the block can be
+// taken again by an execution that reprocesses failed blocks.
+func (b *Block) Fail(ctx context.Context, message string) error {
+	m := truncate(cleanText(message))
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockFailed, nil, 0, &m)
+}
+
+// blockWrite checks that the execution may still write: not completed, lease held.
+func (e *Execution) blockWrite() error {
+	if err := e.active(); err != nil {
+		return err
+	}
+	if err := e.Context().Err(); err != nil {
+		if cause := context.Cause(e.ctx); cause != nil {
+			return fmt.Errorf("taskling: execution %d: %w", e.id, cause)
+		}
+		return err
+	}
+	return nil
+}
+
+func (e *Execution) setBlockStatus(ctx context.Context, id int64, attempt int, status int16, items *int64, progress int64, message *string) error {
+	if err := e.blockWrite(); err != nil {
+		return err
+	}
+	return e.c.store.SetBlockStatus(ctx, id, attempt, status, items, progress, message)
+}
+
+// NumericBlocks gets numeric range blocks (see BlockOptions for which). r is split into blocks of
+// at most r.MaxSize numbers; with MaxBlocks, only as many new blocks as fit are created (continue
+// with ContinueFromLast).
+func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *BlockOptions) ([]*Block, error) {
+	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+		from := r.From
+		if opts != nil && opts.ContinueFromLast && last != nil && last.Number >= from {
+			from = last.Number + 1
+		}
+		var nb execution.NewBlocks
+		for f := from; f <= r.To && room != 0; room-- {
+			t := r.To
+			if r.To-f >= r.MaxSize {
+				t = f + r.MaxSize - 1
+			}
+			nb.FromNumbers, nb.ToNumbers = append(nb.FromNumbers, f), append(nb.ToNumbers, t)
+			if t == r.To {
+				break
+			}
+			f = t + 1
+		}
+		return nb, nil
+	}
+	if err := wantsNew(opts, func() error {
+		switch {
+		case r.MaxSize < 1:
+			return fmt.Errorf("%w: NumericRange.MaxSize is %d; must be at least 1", ErrInvalidArgument, r.MaxSize)
+		case r.From > r.To:
+			return fmt.Errorf("%w: NumericRange.From (%d) is after NumericRange.To (%d)", ErrInvalidArgument, r.From, r.To)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	rows, err := e.takeBlocks(ctx, execution.BlockNumeric, opts, newBlocks)
+	return e.blocks(rows), err
+}
+
+// DateBlocks gets date range blocks (see BlockOptions for which). r is split into blocks of at
+// most r.MaxSpan; the database stores microseconds, so a span must be at least one.
+func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOptions) ([]*Block, error) {
+	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+		from := r.From
+		if opts != nil && opts.ContinueFromLast && last != nil && last.Date.After(from) {
+			from = last.Date
+		}
+		var nb execution.NewBlocks
+		for f := from; f.Before(r.To) && room != 0; room-- {
+			t := f.Add(r.MaxSpan)
+			if t.After(r.To) {
+				t = r.To
+			}
+			nb.FromDates, nb.ToDates = append(nb.FromDates, f), append(nb.ToDates, t)
+			f = t
+		}
+		return nb, nil
+	}
+	if err := wantsNew(opts, func() error {
+		switch {
+		case r.MaxSpan < time.Microsecond:
+			return fmt.Errorf("%w: DateRange.MaxSpan is %s; must be at least 1µs", ErrInvalidArgument, r.MaxSpan)
+		case !r.From.Before(r.To):
+			return fmt.Errorf("%w: DateRange.From (%s) is not before DateRange.To (%s): the range is empty", ErrInvalidArgument,
+				r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	rows, err := e.takeBlocks(ctx, execution.BlockDate, opts, newBlocks)
+	return e.blocks(rows), err
+}
+
+// ObjectBlocks gets object blocks (see BlockOptions for which): each new one holds one of values,
+// encoded as JSON (at most MaxBlockValueLength bytes).
+func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockOptions) ([]*Block, error) {
+	var encoded [][]byte
+	if err := wantsNew(opts, func() error {
+		for i, v := range values {
+			b, err := encodeValue(fmt.Sprintf("values[%d]", i), v)
+			if err != nil {
+				return err
+			}
+			encoded = append(encoded, b)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	newBlocks := func(_ *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+		if room >= 0 && room < len(encoded) {
+			return execution.NewBlocks{Values: encoded[:room]}, nil
+		}
+		return execution.NewBlocks{Values: encoded}, nil
+	}
+	rows, err := e.takeBlocks(ctx, execution.BlockObject, opts, newBlocks)
+	return e.blocks(rows), err
+}
+
+// wantsNew validates what new blocks need, unless opts asks for no new blocks.
+func wantsNew(opts *BlockOptions, validate func() error) error {
+	if opts != nil && (opts.OnlyOld || opts.Reprocess != nil) {
+		return nil
+	}
+	return validate()
+}
+
+// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes.
+func encodeValue(field string, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
+	}
+	if len(b) > MaxBlockValueLength {
+		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(b), MaxBlockValueLength)
+	}
+	return b, nil
+}
+
+func (o *BlockOptions) validate() error {
+	if o == nil {
+		return nil
+	}
+	if o.MaxBlocks < 0 {
+		return fmt.Errorf("%w: BlockOptions.MaxBlocks is %d; must not be negative (0: no cap)", ErrInvalidArgument, o.MaxBlocks)
+	}
+	for name, p := range map[string]*RetryPolicy{"ReprocessDead": o.ReprocessDead, "ReprocessFailed": o.ReprocessFailed} {
+		switch {
+		case p == nil:
+		case p.Within <= 0:
+			return fmt.Errorf("%w: BlockOptions.%s.Within is %s; must be positive", ErrInvalidArgument, name, p.Within)
+		case p.RetryLimit < 0:
+			return fmt.Errorf("%w: BlockOptions.%s.RetryLimit is %d; must not be negative", ErrInvalidArgument, name, p.RetryLimit)
+		}
+	}
+	if r := o.Reprocess; r != nil {
+		if r.ReferenceValue == "" {
+			return fmt.Errorf("%w: BlockOptions.Reprocess.ReferenceValue is empty", ErrInvalidArgument)
+		}
+		if err := validateText("BlockOptions.Reprocess.ReferenceValue", r.ReferenceValue, MaxReferenceValueLength); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeBlocks runs one request for blocks of kind.
+func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptions,
+	newBlocks func(*execution.BlockEnd, int) (execution.NewBlocks, error)) ([]execution.BlockRow, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := e.blockWrite(); err != nil {
+		return nil, err
+	}
+	req := execution.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks}
+	if o := opts; o != nil {
+		req.Max = o.MaxBlocks
+		if p := o.ReprocessDead; p != nil {
+			req.Dead = &execution.RetryRule{Within: p.Within, Limit: p.RetryLimit}
+		}
+		if p := o.ReprocessFailed; p != nil {
+			req.Failed = &execution.RetryRule{Within: p.Within, Limit: p.RetryLimit}
+		}
+		if o.OnlyOld {
+			req.New = nil
+		}
+		if r := o.Reprocess; r != nil {
+			req.Reference, req.ReferenceAll, req.New = &r.ReferenceValue, r.All, nil
+		}
+	}
+	return e.c.store.TakeBlocks(ctx, req, blockUnits)
+}
+
+// blockUnits is a block's weight in its execution's progress: its numbers, its items, or one.
+func blockUnits(b execution.BlockRow) int64 {
+	switch b.Kind {
+	case execution.BlockNumeric:
+		return *b.ToNumber - *b.FromNumber + 1
+	case execution.BlockList:
+		return int64(b.ItemCount)
+	}
+	return 1
+}
+
+func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
+	out := make([]*Block, len(rows))
+	for i, r := range rows {
+		out[i] = e.block(r)
+	}
+	return out
+}
+
+func (e *Execution) block(r execution.BlockRow) *Block {
+	b := &Block{ID: r.ID, Kind: BlockKind(r.Kind), Attempt: r.Attempt, Forced: r.Forced, CreatedAt: r.CreatedAt,
+		Value: r.Value, e: e, units: blockUnits(r)}
+	if r.FromNumber != nil {
+		b.From, b.To = *r.FromNumber, *r.ToNumber
+	}
+	if r.FromDate != nil {
+		b.FromTime, b.ToTime = *r.FromDate, *r.ToDate
+	}
+	return b
+}
+
+// LastBlock returns the task's last block of kind (nil if none), by LastCreated, MaxRangeStart
+// or MaxRangeEnd, for information; ContinueFromLast is the safe way to continue a range.
+func (e *Execution) LastBlock(ctx context.Context, kind BlockKind, order LastBlockOrder) (*Block, error) {
+	name, ok := map[LastBlockOrder]string{LastCreated: "created", MaxRangeStart: "from", MaxRangeEnd: "to"}[order]
+	if !ok {
+		return nil, fmt.Errorf("%w: LastBlockOrder %d is not one of LastCreated, MaxRangeStart, MaxRangeEnd", ErrInvalidArgument, order)
+	}
+	if kind < KindNumericRange || kind > KindObject {
+		return nil, fmt.Errorf("%w: BlockKind %d is not a block kind", ErrInvalidArgument, kind)
+	}
+	row, found, err := e.c.store.LastBlock(ctx, e.taskID, int16(kind), name)
+	if err != nil || !found {
+		return nil, err
+	}
+	b := e.block(row)
+	b.Attempt = 0 // not an attempt of this execution
+	return b, nil
+}
+
+// LastBlockOrder chooses the "last" block.
+type LastBlockOrder int
+
+const (
+	LastCreated   LastBlockOrder = iota // the newest
+	MaxRangeStart                       // the greatest From
+	MaxRangeEnd                         // the greatest To
+)
+
+// CommitMode says when a list block's item statuses are written.
+type CommitMode int
+
+const (
+	// CommitEachItem writes each item's status at once (the default).
+	CommitEachItem CommitMode = iota
+	// CommitPeriodically writes them in batches of ListBlocksRequest.BatchSize.
+	CommitPeriodically
+	// CommitAtEnd writes them when the block completes or fails, on Flush, or when the execution
+	// completes.
+	CommitAtEnd
+)
+
+// ListBlocksRequest describes new list blocks: Items (each encoded as JSON, at most
+// MaxBlockValueLength bytes) split into blocks of at most MaxBlockSize, each with Header.
+type ListBlocksRequest struct {
+	Items        []any
+	MaxBlockSize int
+	Header       any
+	Commit       CommitMode
+	// BatchSize is CommitPeriodically's batch (0: 100).
+	BatchSize int
+}
+
+// ItemStatus is a list item's status.
+type ItemStatus int
+
+const (
+	ItemPending   ItemStatus = ItemStatus(execution.ItemPending)
+	ItemCompleted ItemStatus = ItemStatus(execution.ItemCompleted)
+	ItemFailed    ItemStatus = ItemStatus(execution.ItemFailed)
+	ItemDiscarded ItemStatus = ItemStatus(execution.ItemDiscarded) // skipped for good; counts as done
+)
+
+func (s ItemStatus) String() string {
+	switch s {
+	case ItemPending:
+		return "pending"
+	case ItemCompleted:
+		return "completed"
+	case ItemFailed:
+		return "failed"
+	case ItemDiscarded:
+		return "discarded"
+	}
+	return fmt.Sprintf("ItemStatus(%d)", int(s))
+}
+
+// ListItem is one item of a list block.
+type ListItem struct {
+	N      int // 1-based position in its block
+	Value  json.RawMessage
+	Status ItemStatus
+	Reason string
+	Step   int
+}
+
+// Decode decodes the item's value into v.
+func (i *ListItem) Decode(v any) error {
+	if err := json.Unmarshal(i.Value, v); err != nil {
+		return fmt.Errorf("taskling: decode list item %d: %w", i.N, err)
+	}
+	return nil
+}
+
+// ListBlock is one attempt of a list block. A retried list block keeps its items' statuses: take
+// Items(ctx, ItemPending, ItemFailed) to do only what is left. Its methods are safe for
+// concurrent use.
+type ListBlock struct {
+	ID        int64
+	Attempt   int
+	Forced    bool
+	CreatedAt time.Time
+	ItemCount int
+	// Header is the block's header (JSON; null if none).
+	Header json.RawMessage
+
+	e     *Execution
+	mode  CommitMode
+	batch int
+
+	mu      sync.Mutex
+	pending []execution.ItemUpdate
+	ended   bool
+}
+
+// DecodeHeader decodes the block's header into v.
+func (l *ListBlock) DecodeHeader(v any) error {
+	if err := json.Unmarshal(l.Header, v); err != nil {
+		return fmt.Errorf("taskling: decode header of block %d: %w", l.ID, err)
+	}
+	return nil
+}
+
+// ListBlocks gets list blocks (see BlockOptions for which). New blocks and their items are
+// written in one transaction: a block is never left without its items.
+func (e *Execution) ListBlocks(ctx context.Context, r ListBlocksRequest, opts *BlockOptions) ([]*ListBlock, error) {
+	var items [][]byte
+	var header []byte
+	if r.Commit < CommitEachItem || r.Commit > CommitAtEnd {
+		return nil, fmt.Errorf("%w: ListBlocksRequest.Commit %d is not a CommitMode", ErrInvalidArgument, r.Commit)
+	}
+	if r.BatchSize < 0 {
+		return nil, fmt.Errorf("%w: ListBlocksRequest.BatchSize is %d; must not be negative (0: 100)", ErrInvalidArgument, r.BatchSize)
+	}
+	if err := wantsNew(opts, func() error {
+		if r.MaxBlockSize < 1 || r.MaxBlockSize > MaxListBlockSize {
+			return fmt.Errorf("%w: ListBlocksRequest.MaxBlockSize is %d; must be 1 to %d", ErrInvalidArgument, r.MaxBlockSize, MaxListBlockSize)
+		}
+		for i, v := range r.Items {
+			b, err := encodeValue(fmt.Sprintf("ListBlocksRequest.Items[%d]", i), v)
+			if err != nil {
+				return err
+			}
+			items = append(items, b)
+		}
+		if r.Header != nil {
+			var err error
+			if header, err = encodeValue("ListBlocksRequest.Header", r.Header); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	newBlocks := func(_ *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+		nb := execution.NewBlocks{Header: header}
+		for i := 0; i < len(items) && room != 0; i += r.MaxBlockSize {
+			nb.Items = append(nb.Items, items[i:min(i+r.MaxBlockSize, len(items))])
+			room--
+		}
+		return nb, nil
+	}
+	rows, err := e.takeBlocks(ctx, execution.BlockList, opts, newBlocks)
+	if err != nil {
+		return nil, err
+	}
+	batch := r.BatchSize
+	if batch == 0 {
+		batch = 100
+	}
+	out := make([]*ListBlock, len(rows))
+	for i, row := range rows {
+		out[i] = &ListBlock{ID: row.ID, Attempt: row.Attempt, Forced: row.Forced, CreatedAt: row.CreatedAt, ItemCount: row.ItemCount,
+			Header: row.Value, e: e, mode: r.Commit, batch: batch}
+		if out[i].Header == nil {
+			out[i].Header = json.RawMessage("null")
+		}
+	}
+	e.addLists(out)
+	return out, nil
+}
+
+// Items returns the block's items with one of statuses (every item if none), in order, as
+// stored (statuses not yet committed are not reflected).
+func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListItem, error) {
+	st := make([]int16, len(statuses))
+	for i, s := range statuses {
+		if s < ItemPending || s > ItemDiscarded {
+			return nil, fmt.Errorf("%w: ItemStatus %d is not an item status", ErrInvalidArgument, s)
+		}
+		st[i] = int16(s)
+	}
+	rows, err := l.e.c.store.Items(ctx, l.ID, st)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ListItem, len(rows))
+	for i, r := range rows {
+		it := &ListItem{N: r.N, Value: r.Value, Status: ItemStatus(r.Status)}
+		if r.Reason != nil {
+			it.Reason = *r.Reason
+		}
+		if r.Step != nil {
+			it.Step = int(*r.Step)
+		}
+		out[i] = it
+	}
+	return out, nil
+}
+
+// Start marks the attempt started.
+func (l *ListBlock) Start(ctx context.Context) error {
+	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, execution.BlockStarted, nil, 0, nil)
+}
+
+// ItemCompleted records item as completed.
+func (l *ListBlock) ItemCompleted(ctx context.Context, item *ListItem) error {
+	return l.setItem(ctx, item, ItemCompleted, "", 0)
+}
+
+// ItemFailed records item as failed, with a reason and the step of the work it failed at (0:
+// none); a later attempt of the block does it again.
+func (l *ListBlock) ItemFailed(ctx context.Context, item *ListItem, reason string, step int) error {
+	return l.setItem(ctx, item, ItemFailed, reason, step)
+}
+
+// ItemDiscarded records item as skipped for good (it counts as done), with a reason and step.
+func (l *ListBlock) ItemDiscarded(ctx context.Context, item *ListItem, reason string, step int) error {
+	return l.setItem(ctx, item, ItemDiscarded, reason, step)
+}
+
+func (l *ListBlock) setItem(ctx context.Context, item *ListItem, status ItemStatus, reason string, step int) error {
+	if item == nil || item.N < 1 || item.N > l.ItemCount {
+		return fmt.Errorf("%w: item is not one of block %d's", ErrInvalidArgument, l.ID)
+	}
+	if step < 0 || step > 32767 {
+		return fmt.Errorf("%w: step is %d; must be 0 (none) to 32767", ErrInvalidArgument, step)
+	}
+	u := execution.ItemUpdate{N: item.N, Status: int16(status)}
+	if reason != "" {
+		r := truncate(cleanText(reason))
+		u.Reason = &r
+	}
+	if step > 0 {
+		s := int16(step)
+		u.Step = &s
+	}
+	if err := l.e.blockWrite(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return fmt.Errorf("taskling: block %d attempt %d: %w", l.ID, l.Attempt, ErrBlockLost)
+	}
+	l.pending = append(l.pending, u)
+	flush := l.mode == CommitEachItem || (l.mode == CommitPeriodically && len(l.pending) >= l.batch)
+	l.mu.Unlock()
+	if err := func() error {
+		if !flush {
+			return nil
+		}
+		return l.Flush(ctx)
+	}(); err != nil {
+		return err
+	}
+	item.Status, item.Reason, item.Step = status, reason, step
+	return nil
+}
+
+// Flush writes the item statuses not yet written, in one statement.
+func (l *ListBlock) Flush(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.flushLocked(ctx)
+}
+
+func (l *ListBlock) flushLocked(ctx context.Context) error {
+	if len(l.pending) == 0 {
+		return nil
+	}
+	if err := l.e.c.store.UpdateItems(ctx, l.ID, l.Attempt, l.pending); err != nil {
+		if errors.Is(err, execution.ErrBlockLost) {
+			l.pending = nil
+		}
+		return err
+	}
+	l.pending = nil
+	return nil
+}
+
+// Complete writes the pending item statuses, then ends the attempt: Failed if any item is still
+// pending or failed, else Completed.
+func (l *ListBlock) Complete(ctx context.Context) error {
+	return l.end(ctx, false, "")
+}
+
+// Fail writes the pending item statuses and marks the attempt failed with a message.
+func (l *ListBlock) Fail(ctx context.Context, message string) error {
+	return l.end(ctx, true, message)
+}
+
+func (l *ListBlock) end(ctx context.Context, failed bool, message string) error {
+	if err := l.e.blockWrite(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.flushLocked(ctx); err != nil {
+		return err
+	}
+	if !failed {
+		c, err := l.e.c.store.CountItems(ctx, l.ID)
+		if err != nil {
+			return err
+		}
+		if c.Pending+c.Failed > 0 {
+			failed, message = true, fmt.Sprintf("%d items pending, %d failed", c.Pending, c.Failed)
+		}
+	}
+	status, done := execution.BlockCompleted, int64(l.ItemCount)
+	var msg *string
+	if failed {
+		status, done = execution.BlockFailed, 0
+		m := truncate(cleanText(message))
+		msg = &m
+	}
+	err := l.e.c.store.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
+	if err == nil || errors.Is(err, execution.ErrBlockLost) {
+		l.ended = true
+	}
+	return err
+}
+
+// addLists remembers list blocks whose buffered statuses Complete must write.
+func (e *Execution) addLists(ls []*ListBlock) {
+	if len(ls) == 0 {
+		return
+	}
+	e.mu.Lock()
+	e.lists = append(e.lists, ls...)
+	e.mu.Unlock()
+}
+
+// flushLists writes the buffered item statuses of the execution's list blocks (Complete does,
+// before it returns the slot).
+func (e *Execution) flushLists(ctx context.Context) error {
+	e.mu.Lock()
+	ls := e.lists
+	e.lists = nil
+	e.mu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		if err := l.Flush(ctx); err != nil && !errors.Is(err, execution.ErrBlockLost) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,177 @@
+package taskling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/taskling-go/taskling/execution"
+)
+
+// BlockStatus is a block's state, from its latest attempt: not_started, started, completed,
+// failed, or dead (not ended, and its execution no longer runs).
+type BlockStatus string
+
+const (
+	BlockNotStarted BlockStatus = "not_started"
+	BlockStarted    BlockStatus = "started"
+	BlockCompleted  BlockStatus = "completed"
+	BlockFailed     BlockStatus = "failed"
+	BlockDead       BlockStatus = "dead"
+)
+
+// BlockInfo is a block as operators see it (the CLI, the HTTP API, the dashboard).
+type BlockInfo struct {
+	ID          int64           `json:"id"`
+	TaskID      int64           `json:"task_id"`
+	Kind        string          `json:"kind"`
+	FromNumber  *int64          `json:"from_number,omitempty"`
+	ToNumber    *int64          `json:"to_number,omitempty"`
+	FromTime    *time.Time      `json:"from_time,omitempty"`
+	ToTime      *time.Time      `json:"to_time,omitempty"`
+	Value       json.RawMessage `json:"value,omitempty"`
+	ItemCount   int             `json:"item_count"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Attempts    int             `json:"attempts"`
+	Status      BlockStatus     `json:"status"`
+	ExecutionID int64           `json:"execution_id"`
+	// ForcePending: an operator forced it and no execution has taken it yet.
+	ForcePending bool   `json:"force_pending"`
+	Message      string `json:"message,omitempty"`
+}
+
+// BlockAttemptInfo is one attempt of a block.
+type BlockAttemptInfo struct {
+	Attempt     int         `json:"attempt"`
+	ExecutionID int64       `json:"execution_id"`
+	Status      BlockStatus `json:"status"`
+	Forced      bool        `json:"forced"`
+	CreatedAt   time.Time   `json:"created_at"`
+	StartedAt   *time.Time  `json:"started_at,omitempty"`
+	EndedAt     *time.Time  `json:"ended_at,omitempty"`
+	ItemsDone   *int64      `json:"items_done,omitempty"`
+	Message     string      `json:"message,omitempty"`
+}
+
+var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotStarted, execution.BlockStarted: BlockStarted,
+	execution.BlockCompleted: BlockCompleted, execution.BlockFailed: BlockFailed}
+
+func blockInfoOf(r execution.BlockInfo) BlockInfo {
+	b := BlockInfo{ID: r.ID, TaskID: r.TaskID, Kind: BlockKind(r.Kind).String(), FromNumber: r.FromNumber, ToNumber: r.ToNumber,
+		FromTime: r.FromDate, ToTime: r.ToDate, Value: r.Value, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
+		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending}
+	if r.Dead {
+		b.Status = BlockDead
+	}
+	if r.LatestMessage != nil {
+		b.Message = *r.LatestMessage
+	}
+	return b
+}
+
+// Block returns one block, or an error wrapping ErrNotFound.
+func (c *Client) Block(ctx context.Context, id int64) (BlockInfo, error) {
+	row, ok, err := c.store.BlockByID(ctx, id)
+	if err != nil {
+		return BlockInfo{}, err
+	}
+	if !ok {
+		return BlockInfo{}, notFound(fmt.Sprintf("block %d", id))
+	}
+	return blockInfoOf(row), nil
+}
+
+// ExecutionBlocks lists the blocks an execution attempted (their state now), by id.
+func (c *Client) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
+	rows, err := c.store.ExecutionBlocks(ctx, executionID)
+	if err != nil {
+		return nil, err
+	}
+	return blockInfos(rows), nil
+}
+
+// TaskBlocksFilter selects a task's blocks. A nil *TaskBlocksFilter means the newest 100.
+type TaskBlocksFilter struct {
+	// AtRetryLimit keeps the blocks not completed that have had at least this many attempts
+	// (0: every block).
+	AtRetryLimit int
+	// Limit is at most 1000; 0 means 100.
+	Limit int
+}
+
+// TaskBlocks lists the blocks of app/task, newest first; an unknown task has none.
+func (c *Client) TaskBlocks(ctx context.Context, app, task string, filter *TaskBlocksFilter) ([]BlockInfo, error) {
+	if err := validateTask(app, task); err != nil {
+		return nil, err
+	}
+	f := TaskBlocksFilter{}
+	if filter != nil {
+		f = *filter
+	}
+	switch {
+	case f.Limit == 0:
+		f.Limit = 100
+	case f.Limit < 0 || f.Limit > 1000:
+		return nil, fmt.Errorf("%w: TaskBlocksFilter.Limit is %d; want 1 to 1000 (0: 100)", ErrInvalidArgument, f.Limit)
+	}
+	if f.AtRetryLimit < 0 {
+		return nil, fmt.Errorf("%w: TaskBlocksFilter.AtRetryLimit is %d; must not be negative", ErrInvalidArgument, f.AtRetryLimit)
+	}
+	id, ok, err := c.store.FindTask(ctx, app, task)
+	if err != nil || !ok {
+		return nil, err
+	}
+	rows, err := c.store.TaskBlocks(ctx, id, execution.TaskBlocksFilter{AtLimit: f.AtRetryLimit, Limit: f.Limit})
+	if err != nil {
+		return nil, err
+	}
+	return blockInfos(rows), nil
+}
+
+func blockInfos(rows []execution.BlockInfo) []BlockInfo {
+	out := make([]BlockInfo, len(rows))
+	for i, r := range rows {
+		out[i] = blockInfoOf(r)
+	}
+	return out
+}
+
+// BlockAttempts lists a block's attempts, first first, or an error wrapping ErrNotFound.
+func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInfo, error) {
+	rows, err := c.store.BlockAttempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, notFound(fmt.Sprintf("block %d", id))
+	}
+	out := make([]BlockAttemptInfo, len(rows))
+	for i, r := range rows {
+		out[i] = BlockAttemptInfo{Attempt: r.Attempt, ExecutionID: r.ExecutionID, Status: blockStatuses[r.Status], Forced: r.Forced,
+			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, ItemsDone: r.ItemsDone}
+		if r.Message != nil {
+			out[i].Message = *r.Message
+		}
+	}
+	return out, nil
+}
+
+// ForceBlock asks that block id run again: the next execution of its task that asks for blocks
+// of its kind takes it first, whatever its status (a live one once it is no longer live), as a
+// new attempt. forcedBy names who asked (recorded). Forcing a block already queued is a no-op.
+// An unknown id is an error wrapping ErrNotFound.
+func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) error {
+	if forcedBy == "" {
+		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)
+	}
+	if err := validateText("ForceBlock: forcedBy", forcedBy, 200); err != nil {
+		return err
+	}
+	_, err := c.store.ForceBlock(ctx, id, forcedBy)
+	if errors.Is(err, execution.ErrBlockNotFound) {
+		return notFound(fmt.Sprintf("block %d", id))
+	}
+	return err
+}

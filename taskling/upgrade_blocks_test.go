@@ -1,0 +1,59 @@
+package taskling_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/migrations"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+// TestBlocksUpgradeKeepsHoldersSubmissionsAndHistory: 0008 (blocks) on a database of 0007 in use:
+// a holder started before the upgrade keeps its slot, takes blocks after it and completes; a
+// waiting submission and the history are kept.
+func TestBlocksUpgradeKeepsHoldersSubmissionsAndHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.UpTo(ctx, pool, 7))
+
+	const app, task = "app", "task"
+	old := newClient(t, pool, withLimit(1))
+	require.NoError(t, old.Run(ctx, app, task, func(context.Context, *taskling.Execution) error { return nil }, nil))
+	holder, err := old.StartExecution(ctx, app, task, nil)
+	require.NoError(t, err)
+	sub, err := old.Submit(ctx, app, task, &taskling.SubmitOptions{ReferenceValue: "upload-1"})
+	require.NoError(t, err)
+
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	b := &testBundle{ctx: ctx, pool: pool, client: newClient(t, pool, withLimit(1)), app: app, task: task}
+	infos, err := b.client.LastExecutions(ctx, app, task, 10)
+	require.NoError(t, err)
+	require.Len(t, infos, 2)
+	require.Equal(t, taskling.StatusInProgress, infos[0].Status)
+	require.Equal(t, taskling.StatusCompleted, infos[1].Status)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached, "the holder keeps its slot")
+
+	blocks, err := holder.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 5}, nil)
+	require.NoError(t, err)
+	require.Len(t, blocks, 2)
+	require.NoError(t, blocks[0].Complete(ctx, 5))
+	require.NoError(t, holder.Complete(ctx))
+
+	s, err := b.client.Submission(ctx, sub)
+	require.NoError(t, err)
+	require.Equal(t, taskling.SubmissionWaiting, s.Status)
+	done := make(chan struct{})
+	b.work(t, b.client, func(context.Context, *taskling.Execution) error { close(done); return nil }, nil)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the submission from before the upgrade did not run")
+	}
+	b.waitStatus(t, sub, taskling.SubmissionCompleted)
+}
