@@ -69,6 +69,17 @@ type TakeBlocksRequest struct {
 	New func(last *BlockEnd, room int) (NewBlocks, error)
 }
 
+// retryLimit is what the blocks taken record as their retry limit.
+func (r TakeBlocksRequest) retryLimit() int {
+	n := 0
+	for _, rule := range []*RetryRule{r.Dead, r.Failed} {
+		if rule != nil {
+			n = max(n, rule.Limit)
+		}
+	}
+	return n
+}
+
 // BlockEnd is where the task's last block of a kind ends: the greatest to_number or to_date.
 type BlockEnd struct {
 	Number int64
@@ -123,7 +134,7 @@ const ownerFrom = `taskling.block b
 var notLiveSQL = `(b.status >= 3 OR ` + statusSQL + ` <> 'in_progress')`
 
 // claimSQL takes, for execution $4, up to $3 blocks of task $1 and kind $2 chosen by where,
-// oldest first, each with its next attempt ($5: forced).
+// oldest first, each with its next attempt ($5: forced; $6: the request's retry limit).
 func claimSQL(where string) string {
 	return `
 WITH cand AS (
@@ -134,7 +145,7 @@ WITH cand AS (
     LIMIT $3
     FOR UPDATE OF b SKIP LOCKED
 ), claimed AS (
-    UPDATE taskling.block b SET attempts = b.attempts + 1, status = 1, execution_id = $4
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = 1, execution_id = $4, retry_limit = $6
     FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
     RETURNING b.*
 ), attempt AS (
@@ -152,10 +163,10 @@ ORDER BY b.created_at, b.id`
 
 var (
 	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $6 AND e.started_at >= clock_timestamp() - $7::interval`)
-	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $6 AND e.started_at >= clock_timestamp() - $7::interval`)
-	claimRefSQL    = claimSQL(`($7 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
-        JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $6)`)
+	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND e.started_at >= clock_timestamp() - $8::interval`)
+	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND e.started_at >= clock_timestamp() - $8::interval`)
+	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
+        JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
 )
 
 // blockLockClass is the first key of the advisory lock that serializes the creation of a task's
@@ -168,8 +179,8 @@ const lastBlockEndSQL = `SELECT max(to_number), max(to_date) FROM taskling.block
 // a range that exists already is skipped.
 const insertBlocksSQL = `
 WITH nb AS (
-    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, from_date, to_date, value, item_count)
-    SELECT $1, $3, $2, fn, tn, fd, td, v, coalesce(ic, 0)
+    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, from_date, to_date, value, item_count, retry_limit)
+    SELECT $1, $3, $2, fn, tn, fd, td, v, coalesce(ic, 0), $10
     FROM unnest($4::bigint[], $5::bigint[], $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::integer[])
         WITH ORDINALITY AS u(fn, tn, fd, td, v, ic, ord)
     ORDER BY ord
@@ -200,7 +211,7 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units fun
 				return nil
 			}
 			var rows []BlockRow
-			all := append([]any{req.TaskID, req.Kind, room(), req.ExecutionID, forced}, args...)
+			all := append([]any{req.TaskID, req.Kind, room(), req.ExecutionID, forced, req.retryLimit()}, args...)
 			if err := pgxscan.Select(ctx, tx, &rows, sql, all...); err != nil {
 				return err
 			}
@@ -303,7 +314,7 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 		}
 	}
 	var rows []BlockRow
-	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts); err != nil {
+	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts, req.retryLimit()); err != nil {
 		return nil, err
 	}
 	if req.Kind == BlockList {
@@ -521,13 +532,42 @@ type BlockInfo struct {
 	Dead          bool    `db:"dead"`
 	ForcePending  bool    `db:"force_pending"`
 	LatestMessage *string `db:"message"`
+	RetryLimit    int     `db:"retry_limit"`
+	AtRetryLimit  bool    `db:"at_retry_limit"`
+}
+
+// BlockCount is how many blocks of a task are in one status ("not_started", "started",
+// "completed", "failed", "dead"), and how many of them are at their retry limit.
+type BlockCount struct {
+	Application  string `db:"application_name"`
+	Task         string `db:"task_name"`
+	Status       string `db:"status"`
+	Blocks       int64  `db:"blocks"`
+	AtRetryLimit int64  `db:"at_retry_limit"`
+}
+
+// BlockCounts counts every task's blocks by status (for metrics).
+func (s *Store) BlockCounts(ctx context.Context) ([]BlockCount, error) {
+	var out []BlockCount
+	err := pgxscan.Select(ctx, s.pool, &out, `
+SELECT d.application_name, d.task_name, CASE WHEN b.status IN (1, 2) AND `+statusSQL+` <> 'in_progress' THEN 'dead'
+    ELSE (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status] END AS status,
+    count(*) AS blocks, count(*) FILTER (WHERE `+atLimitSQL+`) AS at_retry_limit
+FROM `+ownerFrom+`
+JOIN taskling.task_definition d ON d.id = b.task_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)
+	if err != nil {
+		return nil, fmt.Errorf("execution: count blocks: %w", err)
+	}
+	return out, nil
 }
 
 var blockInfoSQL = `SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done,
     (b.status IN (1, 2) AND ` + statusSQL + ` = 'in_progress') AS live,
     (b.status IN (1, 2) AND ` + statusSQL + ` <> 'in_progress') AS dead,
     EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
-    (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message
+    (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
+    b.retry_limit, ` + atLimitSQL + ` AS at_retry_limit
 FROM ` + ownerFrom
 
 // ExecutionBlocks lists the blocks an execution attempted, by block id.
@@ -541,12 +581,15 @@ WHERE b.id IN (SELECT block_id FROM taskling.block_attempt WHERE execution_id = 
 	return out, nil
 }
 
-// TaskBlocksFilter narrows TaskBlocks: AtLimit keeps blocks not completed whose attempts reached
-// it (0: no filter); Limit caps the rows (newest first).
+// TaskBlocksFilter narrows TaskBlocks: AtLimit keeps the blocks at their retry limit (not
+// completed, not live, more attempts than their retry limit); Limit caps the rows (newest first).
 type TaskBlocksFilter struct {
-	AtLimit int
+	AtLimit bool
 	Limit   int
 }
+
+// atLimitSQL: block b (ownerFrom) is at its retry limit.
+var atLimitSQL = `(b.status <> 3 AND b.attempts > b.retry_limit AND ` + notLiveSQL + `)`
 
 // TaskBlocks lists a task's blocks, newest first.
 func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter) ([]BlockInfo, error) {
@@ -555,7 +598,7 @@ func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter
 	}
 	var out []BlockInfo
 	err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+`
-WHERE b.task_id = $1 AND ($2 = 0 OR (b.status <> 3 AND b.attempts >= $2)) ORDER BY b.id DESC LIMIT $3`, taskID, f.AtLimit, f.Limit)
+WHERE b.task_id = $1 AND (NOT $2 OR `+atLimitSQL+`) ORDER BY b.id DESC LIMIT $3`, taskID, f.AtLimit, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("execution: blocks of task %d: %w", taskID, err)
 	}

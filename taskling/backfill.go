@@ -16,7 +16,7 @@ import (
 // needs the task registered on this client (Schedule) and never moves the cursor. Each run
 // waits for the task's slot. It returns the instants it ran; a run's error stops it.
 func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.Time) ([]time.Time, error) {
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return nil, err
 	}
 	if to.Before(from) {

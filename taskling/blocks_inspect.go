@@ -38,7 +38,13 @@ type BlockInfo struct {
 	Status      BlockStatus     `json:"status"`
 	ExecutionID int64           `json:"execution_id"`
 	// ForcePending: an operator forced it and no execution has taken it yet.
-	ForcePending bool   `json:"force_pending"`
+	ForcePending bool `json:"force_pending"`
+	// RetryLimit is the retry limit of the request that took its latest attempt (the larger of
+	// its ReprocessFailed and ReprocessDead limits; 0 when it asked for neither). AtRetryLimit:
+	// not completed, not running, and more attempts than that: under the same options no
+	// execution takes it again (ForceBlock does).
+	RetryLimit   int    `json:"retry_limit"`
+	AtRetryLimit bool   `json:"at_retry_limit"`
 	Message      string `json:"message,omitempty"`
 }
 
@@ -61,7 +67,8 @@ var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotSta
 func blockInfoOf(r execution.BlockInfo) BlockInfo {
 	b := BlockInfo{ID: r.ID, TaskID: r.TaskID, Kind: BlockKind(r.Kind).String(), FromNumber: r.FromNumber, ToNumber: r.ToNumber,
 		FromTime: r.FromDate, ToTime: r.ToDate, Value: r.Value, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
-		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending}
+		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending, RetryLimit: r.RetryLimit,
+		AtRetryLimit: r.AtRetryLimit}
 	if r.Dead {
 		b.Status = BlockDead
 	}
@@ -94,9 +101,8 @@ func (c *Client) ExecutionBlocks(ctx context.Context, executionID int64) ([]Bloc
 
 // TaskBlocksFilter selects a task's blocks. A nil *TaskBlocksFilter means the newest 100.
 type TaskBlocksFilter struct {
-	// AtRetryLimit keeps the blocks not completed that have had at least this many attempts
-	// (0: every block).
-	AtRetryLimit int
+	// AtRetryLimit keeps the blocks at their retry limit (BlockInfo.AtRetryLimit).
+	AtRetryLimit bool
 	// Limit is at most 1000; 0 means 100.
 	Limit int
 }
@@ -115,9 +121,6 @@ func (c *Client) TaskBlocks(ctx context.Context, app, task string, filter *TaskB
 		f.Limit = 100
 	case f.Limit < 0 || f.Limit > 1000:
 		return nil, fmt.Errorf("%w: TaskBlocksFilter.Limit is %d; want 1 to 1000 (0: 100)", ErrInvalidArgument, f.Limit)
-	}
-	if f.AtRetryLimit < 0 {
-		return nil, fmt.Errorf("%w: TaskBlocksFilter.AtRetryLimit is %d; must not be negative", ErrInvalidArgument, f.AtRetryLimit)
 	}
 	id, ok, err := c.store.FindTask(ctx, app, task)
 	if err != nil || !ok {
@@ -174,4 +177,26 @@ func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) erro
 		return notFound(fmt.Sprintf("block %d", id))
 	}
 	return err
+}
+
+// BlockCount is how many blocks of a task are in one status, and how many of those are at their
+// retry limit.
+type BlockCount struct {
+	Application, Task string
+	Status            BlockStatus
+	Blocks            int64
+	AtRetryLimit      int64
+}
+
+// BlockCounts counts every task's blocks by status, on the database clock (for metrics).
+func (c *Client) BlockCounts(ctx context.Context) ([]BlockCount, error) {
+	rows, err := c.store.BlockCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BlockCount, len(rows))
+	for i, r := range rows {
+		out[i] = BlockCount{Application: r.Application, Task: r.Task, Status: BlockStatus(r.Status), Blocks: r.Blocks, AtRetryLimit: r.AtRetryLimit}
+	}
+	return out, nil
 }

@@ -136,7 +136,7 @@ func TestFailedBlocksAreReprocessedOnlyWhenAskedAndWithinTheRetryLimit(t *testin
 	got, err = e.NumericBlocks(b.ctx, noBlocksNew, limit1)
 	require.NoError(t, err)
 	require.Empty(t, got)
-	atLimit, err := b.client.TaskBlocks(b.ctx, b.app, b.task, &taskling.TaskBlocksFilter{AtRetryLimit: 2})
+	atLimit, err := b.client.TaskBlocks(b.ctx, b.app, b.task, &taskling.TaskBlocksFilter{AtRetryLimit: true})
 	require.NoError(t, err)
 	require.Len(t, atLimit, 1)
 	// A higher limit takes it again.

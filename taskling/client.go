@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -199,6 +200,18 @@ func validateTask(app, task string) error {
 	return validateName("task name", task)
 }
 
+// validateOwnTask validates a task that a call may start, submit to, schedule or tune: not a
+// task's critical section, which only CriticalSection uses (its limit must stay 1).
+func validateOwnTask(app, task string) error {
+	if err := validateTask(app, task); err != nil {
+		return err
+	}
+	if strings.HasSuffix(task, SectionSuffix) {
+		return fmt.Errorf("%w: task name %q ends with %q, reserved for critical sections", ErrInvalidArgument, task, SectionSuffix)
+	}
+	return nil
+}
+
 // taskID returns the task row's id, creating the row on first use; ids are cached (they never
 // change).
 func (c *Client) taskID(ctx context.Context, app, task string) (int64, error) {
@@ -235,7 +248,7 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 // fields are left as they are. The next start on every host obeys them, whatever its own
 // settings declare; waiters are woken so that a raised limit admits them at once.
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return err
 	}
 	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
@@ -257,7 +270,7 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 // ClearOverrides removes every operator override of a task: it returns to the settings its
 // requesters declare.
 func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return err
 	}
 	id, ok, err := c.store.FindTask(ctx, app, task)

@@ -32,6 +32,7 @@ type Execution struct {
 	fence      int64
 	startedAt  time.Time
 	settings   execution.Settings
+	declared   TaskSettings  // the settings it was started with, below operator overrides
 	leaseTTL   time.Duration // threshold - safety margin
 	header     []byte
 	heartbeats bool
@@ -53,7 +54,8 @@ type Execution struct {
 	completing    sync.Mutex // serializes Complete calls
 	completed     bool
 	completeErr   error
-	lists         []*ListBlock // list blocks whose buffered item statuses Complete writes
+	lists         []*ListBlock     // list blocks whose buffered item statuses Complete writes
+	section       *CriticalSection // held, released by Complete
 
 	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
 	// other transactions on the task) but a heartbeat that finds the execution ended is then
@@ -65,7 +67,7 @@ func (c *Client) newExecution(app, task string, req execution.AcquireRequest, re
 	threshold := res.Effective.Threshold()
 	e := &Execution{
 		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, session: req.SessionID, tokenID: res.TokenID,
-		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, header: req.Header,
+		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, declared: declared, header: req.Header,
 		leaseTTL:   threshold - safetyMargin(declared, res.Effective),
 		heartbeats: res.Effective.KeepAlive(),
 		reference:  req.ReferenceValue, idempotent: req.Idempotent,
@@ -234,6 +236,9 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	e.releasing.Store(true)
 	defer e.releasing.Store(false)
 	flushErr := e.flushLists(ctx) // before the slot goes: the items' work was done under it
+	if s := e.heldSection(); s != nil {
+		flushErr = errors.Join(flushErr, s.Release(ctx))
+	}
 	req := execution.ReleaseRequest{TaskID: e.taskID, TaskName: e.app + "/" + e.task, ExecutionID: e.id, TokenID: e.tokenID,
 		Failed: failed, ReferenceValue: e.reference, Idempotent: e.idempotent}
 	var res execution.ReleaseResult

@@ -133,7 +133,7 @@ func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn Schedu
 	if c.isClosed() {
 		return ErrClientClosed
 	}
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return err
 	}
 	if fn == nil {

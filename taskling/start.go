@@ -43,7 +43,8 @@ type StartOptions struct {
 	Priority int
 
 	scheduledFor *time.Time
-	submission   int64 // a claimed submission whose attempt the grant starts (work.go)
+	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
+	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
 }
 
 // StartExecution asks for a slot of the task app/task and, when granted, returns the running
@@ -56,11 +57,15 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if c.isClosed() {
 		return nil, ErrClientClosed
 	}
-	if err := validateTask(app, task); err != nil {
-		return nil, err
-	}
 	if opts == nil {
 		opts = &StartOptions{}
+	}
+	validate := validateOwnTask
+	if opts.section != nil {
+		validate = validateTask
+	}
+	if err := validate(app, task); err != nil {
+		return nil, err
 	}
 	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor,
 		Submission: opts.submission}
@@ -77,6 +82,10 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		return nil, err
 	}
 	settings, declared, err := c.declared(ctx, app, task)
+	if opts.section != nil {
+		settings = *opts.section
+		declared, err = settings.toStore("settings of " + app + "/" + task)
+	}
 	if err != nil {
 		return nil, err
 	}

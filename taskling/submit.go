@@ -116,7 +116,7 @@ func (c *Client) newSubmission(ctx context.Context, app, task string, opts *Subm
 	if c.isClosed() {
 		return sub, ErrClientClosed
 	}
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return sub, err
 	}
 	if opts == nil {

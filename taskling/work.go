@@ -45,7 +45,7 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 	if fn == nil {
 		return fmt.Errorf("%w: fn is nil", ErrInvalidArgument)
 	}
-	if err := validateTask(app, task); err != nil {
+	if err := validateOwnTask(app, task); err != nil {
 		return err
 	}
 	o := WorkOptions{}

@@ -61,7 +61,7 @@ func newRootCommand(e *env) *cobra.Command {
 	root.PersistentFlags().StringVar(&e.databaseURL, "database-url", "", "PostgreSQL URL (default $TASKLING_DATABASE_URL)")
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&e.timeout, "timeout", 30*time.Second, "time limit of a command's database work (not of serve)")
-	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newServeCommand(e))
+	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newBlocksCommand(e), newServeCommand(e))
 	// Unknown subcommands of a command group are usage errors too.
 	for _, c := range root.Commands() {
 		if !c.Runnable() {

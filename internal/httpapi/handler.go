@@ -99,6 +99,10 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	write("POST /api/v1/tasks/{app}/{task}/submissions", h.submit)
 	read("GET /api/v1/submissions/{id}", h.getSubmission)
 	write("POST /api/v1/submissions/{id}/cancel", h.cancelSubmission)
+	read("GET /api/v1/executions/{id}/blocks", h.executionBlocks)
+	read("GET /api/v1/tasks/{app}/{task}/blocks", h.taskBlocks)
+	read("GET /api/v1/blocks/{id}", h.getBlock)
+	write("POST /api/v1/blocks/{id}/force", h.forceBlock)
 	// Other methods on an API path: a JSON 405 rather than the mux's plain-text one.
 	for path, allow := range map[string]string{
 		"/api/v1/tasks":                          "GET",
@@ -109,6 +113,10 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		"/api/v1/tasks/{app}/{task}/submissions": "GET, POST",
 		"/api/v1/submissions/{id}":               "GET",
 		"/api/v1/submissions/{id}/cancel":        "POST",
+		"/api/v1/executions/{id}/blocks":         "GET",
+		"/api/v1/tasks/{app}/{task}/blocks":      "GET",
+		"/api/v1/blocks/{id}":                    "GET",
+		"/api/v1/blocks/{id}/force":              "POST",
 	} {
 		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)

@@ -23,6 +23,10 @@ CREATE TABLE taskling.block (
     -- 1 not started, 2 started, 3 completed, 4 failed (dead: 1 or 2, its execution not running).
     status       smallint    NOT NULL DEFAULT 1 CHECK (status BETWEEN 1 AND 4),
     execution_id bigint      NOT NULL,
+    -- The retry limit of the request that took the latest attempt (the larger of its failed and
+    -- dead ones; 0 when it asked for neither): a block not completed, not live, with more
+    -- attempts than this is at its retry limit.
+    retry_limit  integer     NOT NULL DEFAULT 0,
     CHECK (kind <> 1 OR (from_number IS NOT NULL AND to_number >= from_number)),
     CHECK (kind <> 2 OR (from_date IS NOT NULL AND to_date > from_date))
 );

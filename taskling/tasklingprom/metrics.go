@@ -14,6 +14,10 @@
 //	taskling_slots_limit{task}               limit in force, -1 unlimited (gauge, from the DB)
 //	taskling_waiting{task}                   live waiters queued for a slot (gauge, from the DB)
 //	taskling_oldest_wait_seconds{task}       how long the oldest of them has waited (gauge)
+//	taskling_blocks{task,status}             blocks by status of their latest attempt:
+//	                                         not_started, started, completed, failed, dead (gauge)
+//	taskling_blocks_at_retry_limit{task}     blocks no execution with the same options takes
+//	                                         again (BlockInfo.AtRetryLimit; gauge)
 //	taskling_grants_total{task}              starts granted a slot
 //	taskling_denials_total{task,reason}      starts denied: reason limit, disabled or duplicate
 //	                                         (a WaitForSlot start counts once, when it gives up)
@@ -50,6 +54,8 @@ type Metrics struct {
 	slotsLimit        *prometheus.Desc
 	waiting           *prometheus.Desc
 	oldestWait        *prometheus.Desc
+	blocks            *prometheus.Desc
+	blocksAtLimit     *prometheus.Desc
 	scrapeErrors      prometheus.Counter
 
 	registry *prometheus.Registry
@@ -76,6 +82,10 @@ func New(client *taskling.Client) *Metrics {
 		slotsLimit: prometheus.NewDesc("taskling_slots_limit", "Concurrency limit in force, read from the database (-1 unlimited).", []string{"task"}, nil),
 		waiting:    prometheus.NewDesc("taskling_waiting", "Live WaitForSlot starts queued for a slot, read from the database (fleet-wide).", []string{"task"}, nil),
 		oldestWait: prometheus.NewDesc("taskling_oldest_wait_seconds", "How long the oldest queued waiter has waited (0 when none).", []string{"task"}, nil),
+		blocks: prometheus.NewDesc("taskling_blocks", "Blocks by the status of their latest attempt, read from the database (fleet-wide).",
+			[]string{"task", "status"}, nil),
+		blocksAtLimit: prometheus.NewDesc("taskling_blocks_at_retry_limit", "Blocks not completed, not running, past their retry limit.",
+			[]string{"task"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "taskling", Name: "metrics_scrape_errors_total",
 			Help: "Scrapes whose database query for the slot gauges failed."}),
 	}
@@ -114,15 +124,19 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.slotsLimit
 	ch <- m.waiting
 	ch <- m.oldestWait
+	ch <- m.blocks
+	ch <- m.blocksAtLimit
 }
 
-// Collect implements prometheus.Collector. It reads the slot gauges from the database (bounded by
-// ScrapeTimeout); when that fails they are left out and taskling_metrics_scrape_errors_total grows.
+// Collect implements prometheus.Collector. It reads the slot and block gauges from the database
+// (bounded by ScrapeTimeout); when that fails they are left out and
+// taskling_metrics_scrape_errors_total grows by one.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
 	defer cancel()
+	failed := false
 	if page, err := m.client.Tasks(ctx, nil); err != nil {
-		m.scrapeErrors.Inc()
+		failed = true
 	} else {
 		for _, t := range page.Tasks {
 			name := t.Application + "/" + t.Task
@@ -135,6 +149,22 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(m.oldestWait, prometheus.GaugeValue, age, name)
 		}
+	}
+	if counts, err := m.client.BlockCounts(ctx); err != nil {
+		failed = true
+	} else {
+		atLimit := map[string]int64{}
+		for _, c := range counts {
+			name := c.Application + "/" + c.Task
+			ch <- prometheus.MustNewConstMetric(m.blocks, prometheus.GaugeValue, float64(c.Blocks), name, string(c.Status))
+			atLimit[name] += c.AtRetryLimit
+		}
+		for name, n := range atLimit {
+			ch <- prometheus.MustNewConstMetric(m.blocksAtLimit, prometheus.GaugeValue, float64(n), name)
+		}
+	}
+	if failed {
+		m.scrapeErrors.Inc() // once per scrape
 	}
 	for _, c := range m.counted() {
 		c.Collect(ch)

@@ -149,3 +149,31 @@ func TestMetricsShowTheQueueOfWaiters(t *testing.T) {
 	require.Equal(t, 0.0, get("taskling_waiting"), "waiters that gave up left the queue")
 	require.NoError(t, holder.Complete(ctx))
 }
+
+func TestBlockGaugesCountBlocksByStatusAndAtTheirRetryLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "metrics"})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	e, err := client.StartExecution(ctx, "app", "import", nil)
+	require.NoError(t, err)
+	blocks, err := e.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 40, MaxSize: 10}, nil)
+	require.NoError(t, err)
+	require.NoError(t, blocks[0].Complete(ctx, 10))
+	require.NoError(t, blocks[1].Fail(ctx, "x"))
+	require.NoError(t, blocks[2].Start(ctx))
+	task := map[string]string{"task": "app/import"}
+	status := func(s string) map[string]string { return map[string]string{"task": "app/import", "status": s} }
+	require.EqualValues(t, 1, metricValue(t, m, "taskling_blocks", status("completed")))
+	require.EqualValues(t, 1, metricValue(t, m, "taskling_blocks", status("failed")))
+	require.EqualValues(t, 1, metricValue(t, m, "taskling_blocks", status("started")))
+	require.EqualValues(t, 1, metricValue(t, m, "taskling_blocks", status("not_started")))
+	require.EqualValues(t, 1, metricValue(t, m, "taskling_blocks_at_retry_limit", task), "the failed one: taken with no retry asked")
+
+	require.NoError(t, e.Complete(ctx)) // the unfinished ones are dead now
+	require.EqualValues(t, 2, metricValue(t, m, "taskling_blocks", status("dead")))
+	require.EqualValues(t, 3, metricValue(t, m, "taskling_blocks_at_retry_limit", task))
+}

@@ -1,0 +1,83 @@
+package taskling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// A task's critical section is a mutex that its executions take one at a time, across every
+// host: to find the work and create its blocks, say. It is the task's waiting queue reused: the
+// section is a task of its own — the task's name with SectionSuffix — of limit 1, so waiters are
+// served oldest first across hosts, a waiter that gives up or dies leaves the queue (Taskling
+// left it at the head and blocked everyone), a holder judged dead by the slot rules loses it, and
+// the release is identity-checked. It shows in the task list with its holder and waiters.
+
+// SectionSuffix ends the name of a task's critical section; no other task name may end with it.
+const SectionSuffix = " [critical section]"
+
+// ErrSectionHeld: the execution already holds its task's critical section (one at a time).
+var ErrSectionHeld = errors.New("taskling: critical section already held by this execution")
+
+// CriticalSection is a held critical section of a task.
+type CriticalSection struct {
+	owner *Execution
+	held  *Execution // the section task's execution
+}
+
+// CriticalSection waits up to timeout (0: until ctx ends) for the task's critical section,
+// after those already waiting on any host. A wait that times out leaves the queue at once; its
+// error wraps ErrLimitReached and context.DeadlineExceeded. The section is released by Release,
+// by the execution's Complete, or when this process is judged dead (then its Context is
+// cancelled, like the execution's).
+func (e *Execution) CriticalSection(ctx context.Context, timeout time.Duration) (*CriticalSection, error) {
+	if timeout < 0 {
+		return nil, fmt.Errorf("%w: CriticalSection: timeout is %s; must not be negative (0: until ctx ends)", ErrInvalidArgument, timeout)
+	}
+	if err := e.blockWrite(); err != nil {
+		return nil, err
+	}
+	if e.heldSection() != nil {
+		return nil, fmt.Errorf("%w: execution %d", ErrSectionHeld, e.id)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	settings := e.declared
+	settings.ConcurrencyLimit = 1
+	held, err := e.c.StartExecution(ctx, e.app, e.task+SectionSuffix, &StartOptions{WaitForSlot: true, section: &settings,
+		ReferenceValue: fmt.Sprintf("execution %d", e.id)})
+	if err != nil {
+		return nil, err
+	}
+	s := &CriticalSection{owner: e, held: held}
+	e.mu.Lock()
+	e.section = s
+	e.mu.Unlock()
+	return s, nil
+}
+
+func (e *Execution) heldSection() *CriticalSection {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.section
+}
+
+// Context is cancelled when the section is released or its hold can no longer be trusted
+// (ErrLeaseLost), like an execution's.
+func (s *CriticalSection) Context() context.Context { return s.held.Context() }
+
+// Release gives the section to the next waiter. Releasing twice is a no-op; a section taken
+// from this process after it was judged dead returns an error wrapping ErrLeaseLost.
+func (s *CriticalSection) Release(ctx context.Context) error {
+	err := s.held.Complete(ctx)
+	s.owner.mu.Lock()
+	if s.owner.section == s {
+		s.owner.section = nil
+	}
+	s.owner.mu.Unlock()
+	return err
+}
