@@ -419,23 +419,19 @@ type ItemUpdate struct {
 
 // updateItemsSQL writes item statuses of block $1 while attempt $2 is its latest and running: the
 // block row is locked (FOR SHARE) against a taker until the statement commits. Items newly
-// completed or discarded are added to the execution's progress.
+// completed or discarded are added to the execution's progress (o: the items as they were).
 const updateItemsSQL = `
 WITH b AS (
     SELECT id, execution_id FROM taskling.block WHERE id = $1 AND attempts = $2 AND status IN (1, 2) FOR SHARE
-), u AS (
-    SELECT * FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::smallint[]) AS u(n, status, reason, step)
-), old AS (
-    SELECT i.n, i.status FROM taskling.list_item i JOIN u ON u.n = i.n WHERE i.block_id = $1
 ), upd AS (
     UPDATE taskling.list_item i SET status = u.status, reason = u.reason, step = u.step, updated_at = clock_timestamp()
-    FROM u, b WHERE i.block_id = b.id AND i.n = u.n
-    RETURNING i.n, i.status
+    FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::smallint[]) AS u(n, status, reason, step), taskling.list_item o
+    WHERE i.block_id = $1 AND i.n = u.n AND o.block_id = $1 AND o.n = u.n AND EXISTS (SELECT 1 FROM b)
+    RETURNING i.status, o.status AS old
 ), p AS (
     UPDATE taskling.task_execution e
-    SET items_done = coalesce(e.items_done, 0)
-        + (SELECT count(*) FROM upd JOIN old ON old.n = upd.n WHERE upd.status IN (2, 4) AND old.status NOT IN (2, 4))
-        - (SELECT count(*) FROM upd JOIN old ON old.n = upd.n WHERE upd.status NOT IN (2, 4) AND old.status IN (2, 4))
+    SET items_done = coalesce(e.items_done, 0) + (SELECT count(*) FILTER (WHERE status IN (2, 4) AND old NOT IN (2, 4))
+        - count(*) FILTER (WHERE status NOT IN (2, 4) AND old IN (2, 4)) FROM upd)
     FROM b WHERE e.id = b.execution_id
 )
 SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM upd)`
@@ -447,6 +443,7 @@ func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, upd
 	if len(updates) == 0 {
 		return nil
 	}
+	updates = lastPerItem(updates)
 	ns, sts := make([]int32, len(updates)), make([]int16, len(updates))
 	reasons, steps := make([]*string, len(updates)), make([]*int16, len(updates))
 	for i, u := range updates {
@@ -463,6 +460,25 @@ func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, upd
 		return fmt.Errorf("execution: block %d: %d of %d items updated (unknown item numbers)", blockID, updated, len(updates))
 	}
 	return nil
+}
+
+// lastPerItem keeps the last update of each item, in order (one row is updated once per
+// statement).
+func lastPerItem(updates []ItemUpdate) []ItemUpdate {
+	last := make(map[int]int, len(updates))
+	for i, u := range updates {
+		last[u.N] = i
+	}
+	if len(last) == len(updates) {
+		return updates
+	}
+	out := make([]ItemUpdate, 0, len(last))
+	for i, u := range updates {
+		if last[u.N] == i {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // ItemCounts are a list block's items by status.

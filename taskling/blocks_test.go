@@ -554,3 +554,21 @@ func TestAnExecutionWhoseLeaseIsLostWritesNoBlock(t *testing.T) {
 	_, err = e.NumericBlocks(b.ctx, noBlocksNew, nil)
 	require.True(t, errors.Is(err, taskling.ErrLeaseLost), "got %v", err)
 }
+
+func TestAnItemMarkedTwiceBeforeAFlushKeepsItsLastStatus(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	lists, err := e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{1, 2}, MaxBlockSize: 2, Commit: taskling.CommitAtEnd}, nil)
+	require.NoError(t, err)
+	l := lists[0]
+	items, err := l.Items(b.ctx)
+	require.NoError(t, err)
+	require.NoError(t, l.ItemFailed(b.ctx, items[0], "first try", 1))
+	require.NoError(t, l.ItemCompleted(b.ctx, items[0]))
+	require.NoError(t, l.ItemCompleted(b.ctx, items[1]))
+	require.NoError(t, l.Complete(b.ctx))
+	require.Equal(t, map[string]int{"completed": 2}, b.itemStatuses(t, l.ID))
+	done, total := b.progress(t, e.ID())
+	require.Equal(t, [2]int64{2, 2}, [2]int64{done, total}, "counted once")
+}

@@ -31,7 +31,7 @@ type childFlags struct {
 }
 
 func (c *childFlags) register() {
-	flag.StringVar(&c.mode, "child", "", "internal: run one process of a multi-process scenario (cycles, holders, busy, pingpong)")
+	flag.StringVar(&c.mode, "child", "", "internal: run one process of a multi-process scenario (cycles, holders, busy, pingpong, blocks, rawblocks)")
 	flag.StringVar(&c.dbURL, "database-url", "", "internal: the database of a child")
 	flag.IntVar(&c.goroutines, "goroutines", 4, "internal: goroutines of a cycles child")
 	flag.IntVar(&c.limit, "limit", 16, "internal: limit declared by a child")
@@ -87,6 +87,15 @@ func (c *childFlags) run(ctx context.Context) error {
 		// Open the connections, register the session and create the task before the common start.
 		if err = warm(ctx, pool, client, c.goroutines); err == nil {
 			out.Busy, out.Cycles, err = bench.Busy(ctx, client, "bench", "busy", c.goroutines, 200*time.Millisecond, time.Unix(0, c.startAt), c.duration)
+		}
+	case "blocks", "rawblocks":
+		if err = warm(ctx, pool, client, c.goroutines); err == nil {
+			start := time.Unix(0, c.startAt)
+			if c.mode == "blocks" {
+				out.Cycles, err = bench.BlockCycles(ctx, client, "bench", "blocks", c.goroutines, blocksPer, start, c.duration)
+			} else {
+				out.Cycles, err = bench.RawBlockCycles(ctx, pool, c.goroutines, blocksPer, start, c.duration)
+			}
 		}
 	case "pingpong":
 		time.Sleep(time.Until(time.Unix(0, c.startAt)))

@@ -27,6 +27,7 @@ type options struct {
 	heartbeatProcs, holders     int
 	only                        string
 	flow                        flowOptions
+	blocks                      time.Duration
 }
 
 func main() {
@@ -39,6 +40,7 @@ func main() {
 	flag.DurationVar(&o.flow.window, "flow-window", 10*time.Second, "window of the slot utilization scenario (0 skips the waiting and submission scenarios)")
 	flag.IntVar(&o.flow.submissions, "submissions", 10000, "submissions drained in the submission scenario")
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
+	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -91,11 +93,21 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("flow: %w", err)
 		}
 	}
+	var blocks *blocksResult
+	if o.blocks > 0 {
+		if blocks, err = env.blocks(ctx, o.blocks); err != nil {
+			return fmt.Errorf("blocks: %w", err)
+		}
+	}
 	fmt.Println()
 	report(scenarios, results, hb)
 	if flow != nil {
 		fmt.Println()
 		flow.print()
+	}
+	if blocks != nil {
+		fmt.Println()
+		blocks.print()
 	}
 	return nil
 }
