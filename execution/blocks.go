@@ -124,9 +124,9 @@ const blockColumns = `b.id, b.task_id, b.kind, b.from_number, b.to_number, b.fro
     b.item_count, b.created_at, b.attempts, b.status, b.execution_id`
 
 // ownerFrom joins a block (b) with its latest attempt's execution (e), its end (x) and session
-// (s), for statusSQL.
+// (s), for statusSQL. A block whose execution row is gone has a dead owner (statusSQL on NULLs).
 const ownerFrom = `taskling.block b
-    JOIN taskling.task_execution e ON e.id = b.execution_id
+    LEFT JOIN taskling.task_execution e ON e.id = b.execution_id
     LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
     LEFT JOIN taskling.session s ON s.id = e.session_id`
 
@@ -163,8 +163,8 @@ ORDER BY b.created_at, b.id`
 
 var (
 	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND e.started_at >= clock_timestamp() - $8::interval`)
-	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND e.started_at >= clock_timestamp() - $8::interval`)
+	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND coalesce(e.started_at, b.created_at) >= clock_timestamp() - $8::interval`)
+	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND coalesce(e.started_at, b.created_at) >= clock_timestamp() - $8::interval`)
 	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
         JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
 )

@@ -572,3 +572,20 @@ func TestAnItemMarkedTwiceBeforeAFlushKeepsItsLastStatus(t *testing.T) {
 	done, total := b.progress(t, e.ID())
 	require.Equal(t, [2]int64{2, 2}, [2]int64{done, total}, "counted once")
 }
+
+func TestABlockWhoseExecutionRowIsGoneIsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(2))
+	first := b.start(t, nil)
+	made, err := first.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
+	require.NoError(t, err)
+	require.NoError(t, made[0].Start(b.ctx))
+	// Taskling never reclaimed a token whose grantee row was gone; a block of a deleted execution
+	// is dead, not stuck.
+	b.exec(t, `UPDATE taskling.block SET execution_id = -1 WHERE id = $1`, made[0].ID)
+	e := b.start(t, nil)
+	got, err := e.NumericBlocks(b.ctx, noBlocksNew, onlyDead)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, 2, got[0].Attempt)
+}
