@@ -22,8 +22,13 @@
 //	GET    /api/v1/tasks/{app}/{task}/submissions        its submissions (?status=&limit=&before=)
 //	GET    /api/v1/submissions/{id}                      one submission: status, position, attempts, progress
 //	POST   /api/v1/submissions/{id}/cancel               cancel it: 409 once finished (token required)
+//	GET    /api/v1/executions/{id}/blocks                the blocks an execution attempted
+//	GET    /api/v1/tasks/{app}/{task}/blocks             its blocks (?at_retry_limit=true&limit=)
+//	GET    /api/v1/blocks/{id}                           one block with its attempts
+//	POST   /api/v1/blocks/{id}/force                     force it to run again (token required)
 //	GET    /metrics                                      the client's Prometheus metrics
-//	GET    /, /tasks/{app}/{task}, /submissions/{id}     the dashboard
+//	GET    /, /tasks/{app}/{task}, /submissions/{id},    the dashboard
+//	       /executions/{id}, /blocks/{id}
 //	GET    /login, POST /login, POST /logout             the dashboard's sign-in
 //
 // Access. Without Options.Token the handler is read-only: every read is public and every change

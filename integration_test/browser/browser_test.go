@@ -103,9 +103,11 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "the waiter is queued")
 	workCtx, stopWork := context.WithCancel(ctx)
 	workDone := make(chan struct{})
+	// It advances for 50 s, longer than the browser's whole budget: on a loaded machine the task
+	// page may first be read many seconds in, and must still see the bar move.
 	go func() {
 		defer close(workDone)
-		for done := int64(0); done <= 1000 && workCtx.Err() == nil; done += 20 {
+		for done := int64(0); done <= 1000 && workCtx.Err() == nil; done += 2 {
 			_ = running.SetProgress(workCtx, done, 1000)
 			select {
 			case <-workCtx.Done():
@@ -318,6 +320,104 @@ func TestSubmissionsInARealBrowser(t *testing.T) {
 		runs = append(runs, id)
 	}
 	require.Equal(t, []int64{first}, runs, "the cancelled submission never ran")
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
+// TestBlocksInARealBrowser signs in on an execution's page, which lists the blocks it attempted,
+// follows a failed block's link to its page, and forces it with the Force button: the page says
+// it is forced, the task page lists it forced among the blocks at their retry limit, and the
+// next execution takes it first.
+func TestBlocksInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+
+	pool, _ := pgtest.NewDB(t)
+	s := taskling.TaskSettings{ConcurrencyLimit: 1, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: 20 * time.Second}
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	// Refreshes are rare: each replaces the links and buttons this test clicks.
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	// An import over rows 1 to 200 in blocks of 100: the first completes, the second fails.
+	x, err := client.StartExecution(ctx, "ledger", "import", &taskling.StartOptions{ReferenceValue: "2026-11-21"})
+	require.NoError(t, err)
+	blocks, err := x.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 200, MaxSize: 100}, nil)
+	require.NoError(t, err)
+	require.Len(t, blocks, 2)
+	require.NoError(t, blocks[0].Complete(ctx, 100))
+	require.NoError(t, blocks[1].Fail(ctx, "row 142: <bad> amount"))
+	require.NoError(t, x.Complete(ctx))
+	failed := strconv.FormatInt(blocks[1].ID, 10)
+	row := `#block-` + failed
+
+	// Sign in on the execution's page: its blocks, the failed one at its retry limit.
+	bctx := openBrowser(t, browser, time.Minute)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/executions/"+strconv.FormatInt(x.ID(), 10)),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#execution-blocks `+row)),
+	))
+	status := text(t, bctx, `#execution-status`)
+	require.Equal(t, "completed", status)
+	failedRow := text(t, bctx, row)
+	require.Contains(t, failedRow, "101–200")
+	require.Contains(t, failedRow, "failed")
+	require.Contains(t, failedRow, "at retry limit")
+	require.Contains(t, failedRow, "row 142: <bad> amount", "the message shows as text")
+	done := text(t, bctx, `#block-`+strconv.FormatInt(blocks[0].ID, 10)+` .status`)
+	require.Equal(t, "completed", done)
+
+	// Follow the failed block's link to its page.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(row+` a.block`)),
+		chromedp.WaitVisible(chromedp.CSS(`#block-summary`)),
+	))
+	blockStatus := text(t, bctx, `#block-status`)
+	require.Equal(t, "failed at retry limit", blockStatus)
+	attempt := text(t, bctx, `#attempt-1`)
+	require.Contains(t, attempt, "#"+strconv.FormatInt(x.ID(), 10))
+	require.Contains(t, attempt, "row 142: <bad> amount")
+
+	// Force it: the page says forced, and the button is gone.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#force-`+failed))))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("force-status").textContent === "block #`+failed+`: forced" &&
+		document.getElementById("block-status").textContent.indexOf("forced") >= 0 &&
+		document.getElementById("block-forced") !== null &&
+		!document.getElementById("force-`+failed+`")`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the block page shows the block forced, without its button")
+	b, err := client.Block(ctx, blocks[1].ID)
+	require.NoError(t, err)
+	require.True(t, b.ForcePending)
+
+	// The task page lists it among the blocks at their retry limit, forced.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/tasks/ledger/import"),
+		chromedp.WaitVisible(chromedp.CSS(`#blocks-at-limit `+row)),
+	))
+	listed := text(t, bctx, `#blocks-at-limit `+row)
+	require.Contains(t, listed, "forced")
+	counts := text(t, bctx, `#block-counts`)
+	require.Contains(t, counts, "1 completed")
+	require.Contains(t, counts, "1 failed")
+
+	// The next execution takes it first.
+	next, err := client.StartExecution(ctx, "ledger", "import", nil)
+	require.NoError(t, err)
+	got, err := next.NumericBlocks(ctx, taskling.NumericRange{From: 201, To: 201, MaxSize: 1}, &taskling.BlockOptions{OnlyOld: true})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, blocks[1].ID, got[0].ID)
+	require.True(t, got[0].Forced)
+	require.NoError(t, got[0].Complete(ctx, 100))
+	require.NoError(t, next.Complete(ctx))
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
 }
 

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -48,8 +47,9 @@ var templateFuncs = template.FuncMap{
 		return *p
 	},
 	"deref_bool": func(p *bool) bool { return p != nil && *p },
-	"clock":      func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"clock":      clock,
 	"ratio":      Percent,
+	"blockSpan":  blockSpan,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""
@@ -58,9 +58,12 @@ var templateFuncs = template.FuncMap{
 	},
 }
 
+// clock is how the pages show a time: UTC, to the second.
+func clock(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
+
 func newPages() (*pages, error) {
 	p := &pages{sets: map[string]*template.Template{}}
-	for _, name := range []string{"dashboard", "task", "submission", "login"} {
+	for _, name := range []string{"dashboard", "task", "submission", "execution", "block", "login"} {
 		t, err := template.New("layout.html").Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("httpapi: templates: %w", err)
@@ -144,6 +147,7 @@ type taskPageData struct {
 	// finished ones; MoreWaiting says the queue goes on past the waiting ones shown.
 	Submissions []submissionRow
 	MoreWaiting bool
+	Blocks      taskBlocks
 }
 
 // submissionRow is a submission as a page shows it.
@@ -184,7 +188,12 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := h.basePage(r, app+"/"+task)
-	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage}
+	blocks, err := h.loadTaskBlocks(r, p, app, task)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks}
 	for _, group := range [][]taskling.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})
@@ -201,9 +210,8 @@ type submissionPageData struct {
 }
 
 func (h *Handler) submissionPage(w http.ResponseWriter, r *http.Request) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id < 1 {
-		http.Error(w, fmt.Sprintf("submission id %q is not a positive integer", r.PathValue("id")), http.StatusBadRequest)
+	id, ok := pageID(w, r, "submission")
+	if !ok {
 		return
 	}
 	s, err := LoadSubmission(r.Context(), h.client, id)

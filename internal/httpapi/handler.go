@@ -130,6 +130,8 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	m.Handle("GET /{$}", h.pageAccess(h.dashboardPage))
 	m.Handle("GET /tasks/{app}/{task}", h.pageAccess(h.taskPage))
 	m.Handle("GET /submissions/{id}", h.pageAccess(h.submissionPage))
+	m.Handle("GET /executions/{id}", h.pageAccess(h.executionPage))
+	m.Handle("GET /blocks/{id}", h.pageAccess(h.blockPage))
 	m.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { h.renderLogin(w, r, http.StatusOK, "") })
 	m.HandleFunc("POST /login", h.login)
 	m.HandleFunc("POST /logout", h.logout)

@@ -416,7 +416,7 @@ func TestTaskPageShowsTheSubmissionsQueueAndCancelButtons(t *testing.T) {
 	status, page = b.do(t, "GET", "/submissions/"+itoa(dead), token, "")
 	require.Equal(t, http.StatusOK, status, page)
 	require.Contains(t, page, `<dd class="reason" id="submission-error">disk full</dd>`)
-	require.Contains(t, page, `<a class="execution" href="../api/v1/executions/`)
+	require.Contains(t, page, `<a class="execution" href="../executions/`)
 	require.NotContains(t, page, "data-cancel-api")
 	status, _ = b.do(t, "GET", "/submissions/999999", token, "")
 	require.Equal(t, http.StatusNotFound, status)

@@ -1,5 +1,5 @@
-// taskling dashboard: auto-refresh of the page's content, the overrides form and the Cancel
-// buttons of submissions. No framework, no build step.
+// taskling dashboard: auto-refresh of the page's content, the overrides form, the Cancel
+// buttons of submissions and the Force buttons of blocks. No framework, no build step.
 (function () {
   "use strict";
   var body = document.body;
@@ -81,6 +81,23 @@
       .catch(function (e) {
         button.disabled = false;
         show("cancel-status", e.message, false);
+      });
+  });
+
+  // Force buttons of blocks (the task page's blocks at their retry limit, a block's page): the
+  // next execution of the block's task that asks for its kind takes it first.
+  document.addEventListener("click", function (ev) {
+    var button = ev.target.closest ? ev.target.closest("button[data-force-api]") : null;
+    if (!button) { return; }
+    button.disabled = true;
+    api(button.dataset.forceApi, "POST", { forced_by: "dashboard" })
+      .then(function (block) {
+        show("force-status", "block #" + block.id + ": " + (block.force_pending ? "forced" : "force taken (" + block.status + ")"), true);
+        return refresh();
+      })
+      .catch(function (e) {
+        button.disabled = false;
+        show("force-status", e.message, false);
       });
   });
 
