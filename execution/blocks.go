@@ -118,6 +118,8 @@ type BlockRow struct {
 	// completed or discarded when it was taken.
 	Forced    bool  `db:"forced"`
 	ItemsDone int64 `db:"items_done"`
+	// Retaken: the previous attempt was the same execution's (its progress already counts it).
+	Retaken bool `db:"retaken"`
 }
 
 const blockColumns = `b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
@@ -138,7 +140,7 @@ var notLiveSQL = `(b.status >= 3 OR ` + statusSQL + ` <> 'in_progress')`
 func claimSQL(where string) string {
 	return `
 WITH cand AS (
-    SELECT b.id, b.attempts
+    SELECT b.id, b.attempts, b.execution_id AS prev
     FROM ` + ownerFrom + `
     WHERE b.task_id = $1 AND b.kind = $2 AND ` + notLiveSQL + ` AND ` + where + `
     ORDER BY b.created_at, b.id
@@ -155,9 +157,9 @@ WITH cand AS (
     UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
     FROM claimed WHERE $5 AND f.block_id = claimed.id AND f.taken_at IS NULL
 )
-SELECT ` + blockColumns + `, $5 AS forced,
+SELECT ` + blockColumns + `, $5 AS forced, cand.prev = $4 AS retaken,
     (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id AND i.status IN (2, 4)) AS items_done
-FROM claimed b
+FROM claimed b JOIN cand ON cand.id = b.id
 ORDER BY b.created_at, b.id`
 }
 
@@ -255,6 +257,9 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units fun
 func (s *Store) addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow, units func(BlockRow) int64) error {
 	var done, total int64
 	for _, b := range blocks {
+		if b.Retaken {
+			continue
+		}
 		total += units(b)
 		done += b.ItemsDone
 	}

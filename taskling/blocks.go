@@ -687,23 +687,21 @@ func (l *ListBlock) end(ctx context.Context, failed bool, message string) error 
 	if err := l.flushLocked(ctx); err != nil {
 		return err
 	}
-	if !failed {
-		c, err := l.e.c.store.CountItems(ctx, l.ID)
-		if err != nil {
-			return err
-		}
-		if c.Pending+c.Failed > 0 {
-			failed, message = true, fmt.Sprintf("%d items pending, %d failed", c.Pending, c.Failed)
-		}
+	c, err := l.e.c.store.CountItems(ctx, l.ID)
+	if err != nil {
+		return err
 	}
-	status, done := execution.BlockCompleted, int64(l.ItemCount)
+	if !failed && c.Pending+c.Failed > 0 {
+		failed, message = true, fmt.Sprintf("%d items pending, %d failed", c.Pending, c.Failed)
+	}
+	status, done := execution.BlockCompleted, c.Completed+c.Discarded
 	var msg *string
 	if failed {
-		status, done = execution.BlockFailed, 0
+		status = execution.BlockFailed
 		m := truncate(cleanText(message))
 		msg = &m
 	}
-	err := l.e.c.store.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
+	err = l.e.c.store.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
 	if err == nil || errors.Is(err, execution.ErrBlockLost) {
 		l.ended = true
 	}

@@ -57,8 +57,10 @@ type BlockAttemptInfo struct {
 	CreatedAt   time.Time   `json:"created_at"`
 	StartedAt   *time.Time  `json:"started_at,omitempty"`
 	EndedAt     *time.Time  `json:"ended_at,omitempty"`
-	ItemsDone   *int64      `json:"items_done,omitempty"`
-	Message     string      `json:"message,omitempty"`
+	// ItemsDone: what Complete was given; for a list block, its items completed or discarded
+	// when the attempt ended.
+	ItemsDone *int64 `json:"items_done,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotStarted, execution.BlockStarted: BlockStarted,
