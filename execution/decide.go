@@ -182,8 +182,9 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		}
 	}
 	d.settleTerms(acquires)
+	fresh := false
 	if len(d.queue.tickets) > 0 {
-		d.plan.offered = d.queue.offer(d.free())
+		d.plan.offered, fresh = d.queue.offer(d.free())
 		for i, r := range reqs {
 			if r.release != nil {
 				d.plan.results[i].release.Offered = d.plan.offered
@@ -196,7 +197,10 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 	d.plan.queue = formatQueue(d.queue.tickets)
 	d.plan.tokens = d.list.String()
 	d.plan.holders = formatTerms(d.termList())
-	d.plan.notify = d.freed && st.waiters
+	// A slot went back, or one was offered just now: a dead holder's, found free by a start that
+	// may not take it (no barging) or by the queue's pruning. The waiter offered it must hear of
+	// it now, not at its next poll.
+	d.plan.notify = (d.freed && st.waiters) || fresh
 	return d.plan, nil
 }
 

@@ -494,3 +494,26 @@ func mustTerms2(t *rapid.T, s string, now int64) []term {
 	require.NoError(t, err)
 	return ts
 }
+
+// A dead holder's slot found by a start that may not take it (a ticket waits: no barging) is
+// offered to the ticket at once, and the plan notifies its waiter: before, nothing had been
+// released, so the waiter learned of the offer only at its next poll.
+func TestDecideNotifiesAWaiterOfAnOfferOfADeadHoldersSlot(t *testing.T) {
+	list := tokens.List{Tokens: []tokens.Token{held(t1, 1)}}
+	holders := map[int64]holder{1: {alive: false}}
+	st := state(list, holders, 1)
+	st.queue = formatQueue([]ticket{{id: 50, session: 9, queuedUS: nowUS - 1000, threshold: 10 * time.Second, window: 3 * time.Second}})
+	st.heartbeats[9] = nowUS
+	plan, err := decide(st, []request{acquireReq(1)}, counter())
+	require.NoError(t, err)
+	require.Equal(t, DeniedLimit, plan.results[0].acquire.Denied, "no barging")
+	require.Equal(t, []int64{50}, plan.offered)
+	require.True(t, plan.notify, "the offered waiter is told now")
+
+	// Offered already: nothing new to tell.
+	st.queue = plan.queue
+	plan, err = decide(st, []request{acquireReq(1)}, counter())
+	require.NoError(t, err)
+	require.Equal(t, []int64{50}, plan.offered)
+	require.False(t, plan.notify)
+}

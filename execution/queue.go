@@ -158,19 +158,19 @@ func (q *queue) prune(heartbeats map[int64]int64) {
 }
 
 // offer marks the first free tickets as offered (from now, unless they already were) and returns
-// them: the waiters a freed slot's notification is for.
-func (q *queue) offer(free int) []int64 {
-	var offered []int64
+// them: the waiters a freed slot's notification is for. fresh reports a ticket offered just now.
+func (q *queue) offer(free int) (offered []int64, fresh bool) {
 	for i := range q.tickets {
 		if i >= free {
 			break
 		}
 		if q.tickets[i].offeredUS == 0 {
 			q.tickets[i].offeredUS = q.nowUS
+			fresh = true
 		}
 		offered = append(offered, q.tickets[i].id)
 	}
-	return offered
+	return offered, fresh
 }
 
 // Waiter is a live ticket of a task's queue, as history shows it.

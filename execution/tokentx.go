@@ -504,12 +504,21 @@ func (t *txConn) send(ctx context.Context, b *txBatch) error {
 func (t *txConn) commit(ctx context.Context, b *txBatch) error {
 	b.Queue("COMMIT")
 	t.committing = true
-	if err := t.send(ctx, b); err != nil {
+	// The last round trip is not cancelled with its requests: cancelled midway, its outcome would
+	// be unknown, and a ticket it queued (a waiter whose wait just timed out) would stay in the
+	// queue unknown to its waiter, offered the slot again and again. A caller whose context ended
+	// meanwhile waits for this one round trip (at most commitTimeout) and learns what it wrote.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	defer cancel()
+	if err := t.send(cctx, b); err != nil {
 		return err
 	}
 	t.open = false
 	return nil
 }
+
+// commitTimeout bounds the last round trip of a token transaction once sent.
+const commitTimeout = 5 * time.Second
 
 // idleInTransactionTimeout bounds how long a token transaction may sit idle between its two
 // round trips before the server ends its session, releasing the task rows' locks.

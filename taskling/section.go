@@ -51,6 +51,9 @@ func (e *Execution) CriticalSection(ctx context.Context, timeout time.Duration) 
 	held, err := e.c.StartExecution(ctx, e.app, e.task+SectionSuffix, &StartOptions{WaitForSlot: true, section: &settings,
 		ReferenceValue: fmt.Sprintf("execution %d", e.id)})
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrLimitReached) { // timed out before queueing
+			return nil, fmt.Errorf("%w: critical section of %s/%s: %w", ErrLimitReached, e.app, e.task, err)
+		}
 		return nil, err
 	}
 	s := &CriticalSection{owner: e, held: held}

@@ -79,3 +79,31 @@ func TestRaisingTheLimitWakesAWaiterAtOnce(t *testing.T) {
 	require.NoError(t, r.exec.Complete(b.ctx))
 	require.Less(t, r.at.Sub(raisedAt), 250*time.Millisecond)
 }
+
+// TestWaitsThatTimeOutWhileQueueingLeaveNoTicket: a wait whose context ends while the
+// transaction that queues its ticket commits used to cancel that commit midway; when the server
+// had committed, the ticket stayed in the queue unknown to its waiter and was offered the slot
+// again and again (a new waiter then got a freed slot tens of seconds late).
+func TestWaitsThatTimeOutWhileQueueingLeaveNoTicket(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	other := newClient(t, b.pool, withLimit(1))
+	holder := b.start(t, nil)
+	_, err := other.StartExecution(b.ctx, b.app, b.task, nil) // its session and the task's id, known
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	for i := range 150 {
+		wctx, cancel := context.WithTimeout(b.ctx, time.Millisecond+time.Duration(i%15)*time.Millisecond)
+		_, err := other.StartExecution(wctx, b.app, b.task, &taskling.StartOptions{WaitForSlot: true})
+		cancel()
+		require.ErrorIs(t, err, taskling.ErrLimitReached)
+	}
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM taskling.task_definition WHERE queue <> ''`) == 0
+	}, 5*time.Second, 20*time.Millisecond, "every ticket left the queue")
+	require.NoError(t, holder.Complete(b.ctx))
+	wctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	e, err := b.client.StartExecution(wctx, b.app, b.task, &taskling.StartOptions{WaitForSlot: true})
+	require.NoError(t, err, "the freed slot goes to the new waiter, not to a forgotten ticket")
+	require.NoError(t, e.Complete(b.ctx))
+}
