@@ -12,6 +12,15 @@
 // row, every 10 ms) and checks that waiters are granted in queue order (check g). TestChaos does
 // not: with that observer, its long profile stalled for tens of seconds after server restarts in
 // every run tried (and once the restarted server did not answer for a minute), without it not.
+//
+// TestChaosBlocks (blocks_test.go) splits a numeric range into blocks in 4 processes × 2
+// goroutines at a limit of 3 (ContinueFromLast, dead and failed blocks taken again, the first
+// attempt of some blocks failed on purpose) and SIGKILLs the process holding the most live
+// blocks: 1…200 000 and 3 kills in the long profile, 1…30 000 and 2 in the short one (check k).
+// TestChaosCriticalSection (section_test.go) has 4 processes × 4 goroutines take their task's
+// critical section with timeouts (tiny ones for every fourth goroutine) and SIGKILLs a process
+// while it holds the section: 12 kills over 3 minutes in the long profile, 2 over 12 seconds in
+// the short one; the section's queue is observed like the submissions' (checks a–g and m).
 package chaos
 
 import (

@@ -136,6 +136,10 @@ type proc struct {
 	err    error
 	proxy  *toxiproxy.Proxy
 	stderr *bytes.Buffer
+	// ready is closed when the worker prints "ready" on stdout (the -blocks and -section modes,
+	// once their client is up); lines receives its other lines (dropped when nobody reads).
+	ready chan struct{}
+	lines chan string
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -163,7 +167,8 @@ type workerSpec struct {
 // startProc starts the worker of slot; through px, or straight to the database if px is nil.
 func startProc(t *testing.T, spec workerSpec, slot, incarnation int, px *toxiproxy.Proxy) *proc {
 	host := fmt.Sprintf("w%d-%d", slot, incarnation)
-	p := &proc{slot: slot, host: host, ledger: filepath.Join(spec.dir, host+".jsonl"), done: make(chan struct{}), proxy: px, stderr: &bytes.Buffer{}}
+	p := &proc{slot: slot, host: host, ledger: filepath.Join(spec.dir, host+".jsonl"), done: make(chan struct{}), proxy: px, stderr: &bytes.Buffer{},
+		ready: make(chan struct{}), lines: make(chan string, 16)}
 	dbURL := spec.dbURL
 	if px != nil {
 		dbURL = proxyURL(spec.dbURL, px.Listen)
@@ -173,6 +178,7 @@ func startProc(t *testing.T, spec workerSpec, slot, incarnation int, px *toxipro
 		fmt.Sprintf("-same-clock=%v", spec.sameClock)}
 	p.cmd = exec.Command(spec.bin, append(args, spec.extra...)...)
 	p.cmd.Stderr = &lockedWriter{w: p.stderr}
+	p.cmd.Stdout = &lineWriter{p: p}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +201,53 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return l.w.Write(b)
+}
+
+// lineWriter splits a worker's stdout into lines for its proc: "ready" closes ready, the others
+// go to lines. Only the goroutine exec starts to copy stdout writes to it.
+type lineWriter struct {
+	p       *proc
+	partial []byte
+	isReady bool
+}
+
+func (l *lineWriter) Write(b []byte) (int, error) {
+	l.partial = append(l.partial, b...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		switch {
+		case line == "ready" && !l.isReady:
+			l.isReady = true
+			close(l.p.ready)
+		default:
+			select {
+			case l.p.lines <- line:
+			default:
+			}
+		}
+	}
+}
+
+// killProc SIGKILLs p, waits for it to die, records the kill (r.kills: when it was dead;
+// r.killSignal: when the signal was sent) and starts its replacement; it returns when the
+// signal was sent (DB clock).
+func (r *run) killProc(p *proc, note string) time.Time {
+	signal(p, syscall.SIGKILL)
+	sent := r.nem.Now()
+	<-p.done
+	dead := r.nem.Now()
+	r.mu.Lock()
+	r.kills[p.host], r.killSignal[p.host] = dead, sent
+	r.mu.Unlock()
+	r.replace(p)
+	_ = r.nem.Write(ledger.Event{Kind: ledger.KindFault, Fault: fKill, Host: p.host, At: sent, End: dead, Note: note})
+	r.count(fKill)
+	return sent
 }
 
 // waitStopped waits until the kernel shows pid stopped (state T) after a SIGSTOP.

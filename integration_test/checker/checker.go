@@ -31,6 +31,12 @@
 //	    design allows; see checkQueues;
 //	(s) submissions: every submission completed, exactly once in the database and at most once
 //	    in the ledgers, and no two of its attempts held a slot at once; see checkSubmissions.
+//	(k) blocks: the blocks of a numeric range cover it exactly once, each completed by exactly
+//	    one attempt, no two attempts of a block live at once, within the retry limit, and every
+//	    attempt that died or failed taken again; see checkBlocks.
+//	(m) critical sections: each section grant belongs to an execution that asked for it, a wait
+//	    times out on time and does not hold the line, and a killed holder's section is taken
+//	    again promptly; see checkSection (checks a–g apply to the section's hidden task too).
 //
 // # The limit in force
 //
@@ -141,11 +147,14 @@ type History struct {
 	Queues []QueueSnapshot
 	// Submissions are the submissions of the run as the database holds them at its end (check s).
 	Submissions []SubmissionState
+	// Blocks is a blocks run (check k); Section a critical-section run (check m). nil: none.
+	Blocks  *BlockRun
+	Section *SectionRun
 }
 
 // Violation is one broken promise.
 type Violation struct {
-	Check string // "a" … "g" and "s", as in the package documentation
+	Check string // "a" … "g", "k", "m" and "s", as in the package documentation
 	Task  string
 	Exec  int64
 	Msg   string
@@ -177,6 +186,9 @@ type Report struct {
 	// Displaced counts the unoffered tickets overtaken in a window in which a ticket of a higher
 	// priority arrived (not judged: it may have taken their offer).
 	Displaced map[string]int
+	// Blocks and Section are the figures of checks (k) and (m), when run.
+	Blocks  BlockFigures
+	Section SectionFigures
 }
 
 func (r *Report) add(check, task string, exec int64, format string, args ...any) {
@@ -201,6 +213,8 @@ func Check(h History) Report {
 	c.checkShortPauses()
 	c.checkQueues()
 	c.checkSubmissions()
+	c.checkBlocks()
+	c.checkSection()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
 	return c.r
 }

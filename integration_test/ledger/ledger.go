@@ -51,6 +51,39 @@ const (
 	// those whose fences lie between theirs. Written only when the queue or the fence changed.
 	KindQueue Kind = "queue"
 
+	// Block attempts (TestChaosBlocks), each naming its Block, Attempt and execution (Exec).
+	// KindBlockTake: NumericBlocks returned the attempt (From, To: the block's numbers; At = when
+	// it returned). Written before the attempt is worked on.
+	KindBlockTake Kind = "block_take"
+	// KindBlockStart: Block.Start returned without error (At).
+	KindBlockStart Kind = "block_start"
+	// KindBlockStop: the worker stopped working on the attempt (At = the last instant it worked on
+	// it while its execution's context was not cancelled; zero if it never did). Note names the
+	// call it makes next ("complete", "fail"), or Reason says why it makes none (ReasonCancelled:
+	// the context ended first; ReasonError: Start failed, Error). Written before that call.
+	KindBlockStop Kind = "block_stop"
+	// KindBlockEnd: Complete or Fail returned (Result: BlockCompleted, BlockFailed, BlockLost
+	// for ErrBlockLost, ResultError with Error; At = when it returned).
+	KindBlockEnd Kind = "block_end"
+
+	// Critical sections (TestChaosCriticalSection), each naming the execution that asks for its
+	// task's section (Exec: the owner; the section's own execution is not visible to it).
+	// KindSectionWait: CriticalSection was called (At) with Timeout (0: none).
+	KindSectionWait Kind = "section_wait"
+	// KindSectionAcquire: CriticalSection returned the section (At = when it returned).
+	KindSectionAcquire Kind = "section_acquire"
+	// KindSectionGiveUp: CriticalSection returned an error (At = when; Result: SectionTimeout
+	// for a wait that timed out — Note NoteNotLimitReached if its error did not wrap
+	// ErrLimitReached —, SectionStopped for one the process's shutdown ended, ResultError
+	// otherwise; Error).
+	KindSectionGiveUp Kind = "section_give_up"
+	// KindSectionStop: the holder stopped holding (At = the last instant it held the section
+	// while the section's context was not cancelled, zero if never; Reason, Observed, Cause as
+	// for KindStop). Written before Release is called.
+	KindSectionStop Kind = "section_stop"
+	// KindSectionRelease: Release returned (Result: ResultOK, ResultLeaseLost, ResultError; At).
+	KindSectionRelease Kind = "section_release"
+
 	// Nemesis events: a fault's window [At, End] on the DB clock, the process it hit (Host),
 	// and details.
 	KindFault Kind = "fault"
@@ -63,6 +96,22 @@ const (
 	ReasonCompleted = "completed" // its work was done; Complete is called next
 	ReasonLeaseLost = "lease_lost"
 	ReasonCancelled = "cancelled" // the context ended for another reason (Run's own ctx)
+	ReasonError     = "error"     // a block's Start failed: the attempt is left as it is
+)
+
+// Block attempt results (KindBlockEnd).
+const (
+	BlockCompleted = "completed"
+	BlockFailed    = "failed" // failed on purpose
+	BlockLost      = "lost"   // ErrBlockLost: the attempt was no longer the block's latest, or had ended
+)
+
+// Section wait results (KindSectionGiveUp).
+const (
+	SectionTimeout = "timeout" // the wait's timeout passed (context.DeadlineExceeded)
+	SectionStopped = "stopped" // the process was stopping
+	// NoteNotLimitReached notes a timeout whose error does not wrap ErrLimitReached.
+	NoteNotLimitReached = "not ErrLimitReached"
 )
 
 // Complete results.
@@ -103,6 +152,14 @@ type Event struct {
 	// Work attempts (grant): the submission the execution runs and which attempt it is.
 	Submission int64 `json:"submission,omitempty"`
 	Attempt    int   `json:"attempt,omitempty"`
+
+	// Block attempts: the block, its numbers (Attempt as well).
+	Block     int64 `json:"block,omitempty"`
+	BlockFrom int64 `json:"block_from,omitempty"`
+	BlockTo   int64 `json:"block_to,omitempty"`
+
+	// Critical sections: a wait's timeout.
+	Timeout time.Duration `json:"timeout,omitempty"`
 
 	// Queue observer (Task, Fence, At as well).
 	Queue string `json:"queue,omitempty"`

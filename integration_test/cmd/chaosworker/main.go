@@ -10,6 +10,12 @@
 // submission's id decides, completed by the function itself (Complete; the result recorded),
 // left for Work to complete (returned nil), or — the first attempt of every -fail-every'th
 // submission — failed on purpose (an error returned), so that it is attempted again.
+//
+// With -blocks, each goroutine loops over executions of the first task that each ask for numeric
+// blocks of -range and work through them (blocks.go). With -section, each goroutine loops over
+// executions that take their task's critical section, hold it briefly and release it; on
+// SIGUSR1 one more goroutine takes the section and holds it until the process ends (section.go).
+// Both print "ready" on stdout once the client is up (SIGUSR1 is handled from then on).
 package main
 
 import (
@@ -52,9 +58,27 @@ func main() {
 		sameClock  = flag.Bool("same-clock", false, "the server runs on this host: its clock is ours (the offset is measured and recorded, not applied)")
 		work       = flag.Bool("work", false, "run Client.Work on the first task with -g workers")
 		failEvery  = flag.Int64("fail-every", 0, "with -work: fail the first attempt of submissions whose id is a multiple of this (0: none)")
+		blocks     = flag.Bool("blocks", false, "process numeric blocks of -range in executions of the first task")
+		blockRange = flag.String("range", "1:30000:1000", "with -blocks: from:to:size of the numeric range")
+		maxBlocks  = flag.Int("max-blocks", 5, "with -blocks: BlockOptions.MaxBlocks")
+		retryLimit = flag.Int("retry-limit", 3, "with -blocks: the retry limit of dead and failed blocks")
+		failPct    = flag.Int("fail-pct", 5, "with -blocks: percentage of blocks whose first attempt fails on purpose (by a hash of the block's start)")
+		section    = flag.Bool("section", false, "take the first task's critical section in executions of it")
+		secTimeout = flag.Duration("section-timeout", 10*time.Second, "with -section: the timeout of a wait for the section")
+		tinyTO     = flag.Duration("tiny-timeout", 30*time.Millisecond, "with -section: the longest timeout of every fourth goroutine's waits")
 	)
 	flag.Parse()
-	opts := options{work: *work, failEvery: *failEvery}
+	// Before anything else: SIGUSR1's default action ends the process.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	opts := options{work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
+		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1}
+	if *blocks {
+		if _, err := fmt.Sscanf(*blockRange, "%d:%d:%d", &opts.from, &opts.to, &opts.size); err != nil {
+			fmt.Fprintf(os.Stderr, "chaosworker: bad -range %q: %v\n", *blockRange, err)
+			os.Exit(1)
+		}
+	}
 	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
 		os.Exit(1)
@@ -66,10 +90,19 @@ type task struct {
 	limit int
 }
 
-// options are the -work mode's.
+// options are the -work, -blocks and -section modes'.
 type options struct {
 	work      bool
 	failEvery int64
+
+	blocks              bool
+	from, to, size      int64
+	maxBlocks           int
+	retryLimit, failPct int
+	section             bool
+	sectionTimeout      time.Duration
+	tinyTimeout         time.Duration
+	usr1                <-chan os.Signal
 }
 
 func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool, opts options) error {
@@ -156,6 +189,40 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		if err != nil {
 			return fmt.Errorf("work: %w", err)
 		}
+		return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
+	}
+	if opts.blocks || opts.section {
+		fmt.Println("ready")
+		var wg sync.WaitGroup
+		for i := range g {
+			wg.Go(func() {
+				wk := worker{w: w, client: client, app: app, task: tasks[0].name, maxHold: maxHold, step: step,
+					rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: true}
+				if opts.blocks {
+					(&blockWorker{worker: &wk, opts: opts}).loop(stop)
+					return
+				}
+				timeout := opts.sectionTimeout
+				if i%4 == 3 {
+					timeout = -1 // tiny: drawn for each wait
+				}
+				(&sectionWorker{worker: &wk, opts: opts, timeout: timeout}).loop(stop)
+			})
+		}
+		if opts.section {
+			wg.Go(func() {
+				select {
+				case <-stop.Done():
+					return
+				case <-opts.usr1:
+				}
+				wk := worker{w: w, client: client, app: app, task: tasks[0].name, maxHold: maxHold, step: step,
+					rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g))), wait: true}
+				(&sectionWorker{worker: &wk, opts: opts}).holdUntilStopped(stop)
+			})
+		}
+		wg.Wait()
+		client.Close()
 		return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
 	}
 	var wg sync.WaitGroup
