@@ -65,8 +65,11 @@ type TakeBlocksRequest struct {
 	Reference    *string
 	ReferenceAll bool
 	// New creates the new blocks, given the end of the task's last block of this kind (nil if
-	// none) and how many may be created (-1: any number). nil: no new blocks.
+	// none, or without Continue) and how many may be created (-1: any number). nil: no new blocks.
 	New func(last *BlockEnd, room int) (NewBlocks, error)
+	// Continue: the new blocks continue from the last one, so their creation is serialized per
+	// task (numeric and date blocks).
+	Continue bool
 }
 
 // retryLimit is what the blocks taken record as their retry limit.
@@ -190,15 +193,35 @@ WITH nb AS (
     RETURNING *
 ), attempt AS (
     INSERT INTO taskling.block_attempt (block_id, attempt, execution_id) SELECT id, 1, $2 FROM nb
+), p AS (
+    UPDATE taskling.task_execution SET items_done = coalesce(items_done, 0) + $12,
+        items_total = coalesce(items_total, 0) + $11 + (SELECT coalesce(sum(` + blockUnitsSQL + `), 0) FROM nb b)
+    WHERE id = $2
 )
 SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done FROM nb b ORDER BY b.id`
+
+// blockUnitsSQL is BlockRow.Units of block b.
+const blockUnitsSQL = `CASE b.kind WHEN 1 THEN b.to_number - b.from_number + 1 WHEN 3 THEN b.item_count ELSE 1 END`
+
+// Units is a block's weight in its execution's progress: its numbers, its items, or one
+// (blockUnitsSQL in SQL).
+func (b BlockRow) Units() int64 {
+	switch b.Kind {
+	case BlockNumeric:
+		return *b.ToNumber - *b.FromNumber + 1
+	case BlockList:
+		return int64(b.ItemCount)
+	}
+	return 1
+}
 
 const addProgressSQL = `UPDATE taskling.task_execution
 SET items_done = coalesce(items_done, 0) + $2, items_total = coalesce(items_total, 0) + $3 WHERE id = $1`
 
 // TakeBlocks serves req in one READ COMMITTED transaction and returns the blocks taken, in the
-// order forced, dead, failed, new (oldest first within each).
-func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units func(BlockRow) int64) ([]BlockRow, error) {
+// order forced, dead, failed, new (oldest first within each), and adds them to the execution's
+// progress.
+func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockRow, error) {
 	var out []BlockRow
 	err := s.blockTx(ctx, func(tx pgx.Tx) error {
 		out = out[:0]
@@ -224,7 +247,7 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units fun
 			if err := claim(claimRefSQL, false, *req.Reference, req.ReferenceAll); err != nil {
 				return err
 			}
-			return s.addProgress(ctx, tx, req.ExecutionID, out, units)
+			return addProgress(ctx, tx, req.ExecutionID, out)
 		}
 		if err := claim(claimForcedSQL, true); err != nil {
 			return err
@@ -240,13 +263,16 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units fun
 			}
 		}
 		if req.New != nil && room() > 0 {
-			created, err := s.createBlocks(ctx, tx, req, room())
+			created, counted, err := s.createBlocks(ctx, tx, req, room(), out)
 			if err != nil {
 				return err
 			}
 			out = append(out, created...)
+			if counted {
+				return nil
+			}
 		}
-		return s.addProgress(ctx, tx, req.ExecutionID, out, units)
+		return addProgress(ctx, tx, req.ExecutionID, out)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("execution: take blocks of task %d: %w", req.TaskID, err)
@@ -254,15 +280,19 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest, units fun
 	return out, nil
 }
 
-func (s *Store) addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow, units func(BlockRow) int64) error {
-	var done, total int64
+// progressOf is what blocks taken add to their execution's progress.
+func progressOf(blocks []BlockRow) (done, total int64) {
 	for _, b := range blocks {
-		if b.Retaken {
-			continue
+		if !b.Retaken { // its execution counted it when it took it first
+			total += b.Units()
+			done += b.ItemsDone
 		}
-		total += units(b)
-		done += b.ItemsDone
 	}
+	return done, total
+}
+
+func addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow) error {
+	done, total := progressOf(blocks)
 	if total == 0 {
 		return nil
 	}
@@ -270,18 +300,21 @@ func (s *Store) addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks [
 	return err
 }
 
-// createBlocks creates req's new blocks under the task's block lock, so that two executions that
-// continue from the last block never create overlapping ranges.
-func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksRequest, room int) ([]BlockRow, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID)); err != nil {
-		return nil, err
-	}
+// createBlocks creates req's new blocks and adds them and the blocks claimed before them to the
+// execution's progress (counted; not when there was nothing to create). Ranges that continue
+// from the last block are created under the task's block lock, so that two executions that
+// continue at once never create overlapping ranges; the lock and the read of the last block go in
+// one round trip (each statement of a READ COMMITTED batch reads after the one before it).
+func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksRequest, room int, claimed []BlockRow) (_ []BlockRow, counted bool, _ error) {
 	var last *BlockEnd
-	if req.Kind == BlockNumeric || req.Kind == BlockDate {
+	if req.Continue && (req.Kind == BlockNumeric || req.Kind == BlockDate) {
 		var n *int64
 		var d *time.Time
-		if err := tx.QueryRow(ctx, lastBlockEndSQL, req.TaskID, req.Kind).Scan(&n, &d); err != nil {
-			return nil, err
+		b := &pgx.Batch{}
+		b.Queue(`SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID))
+		b.Queue(lastBlockEndSQL, req.TaskID, req.Kind).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &d) })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, false, err
 		}
 		switch {
 		case n != nil:
@@ -295,11 +328,11 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 	}
 	nb, err := req.New(last, room)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	n := nb.count()
 	if n == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
 	fn, tn := make([]*int64, n), make([]*int64, n)
 	fd, td := make([]*time.Time, n), make([]*time.Time, n)
@@ -318,16 +351,18 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 			counts[i] = &c
 		}
 	}
+	done, total := progressOf(claimed)
 	var rows []BlockRow
-	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts, req.retryLimit()); err != nil {
-		return nil, err
+	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts,
+		req.retryLimit(), total, done); err != nil {
+		return nil, false, err
 	}
 	if req.Kind == BlockList {
 		if err := insertItems(ctx, tx, rows, nb.Items); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return rows, nil
+	return rows, true, nil
 }
 
 // insertItems copies the items of the list blocks just created (rows, in creation order).

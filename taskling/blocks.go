@@ -335,6 +335,7 @@ func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptio
 		if p := o.ReprocessFailed; p != nil {
 			req.Failed = &execution.RetryRule{Within: p.Within, Limit: p.RetryLimit}
 		}
+		req.Continue = o.ContinueFromLast
 		if o.OnlyOld {
 			req.New = nil
 		}
@@ -342,18 +343,7 @@ func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptio
 			req.Reference, req.ReferenceAll, req.New = &r.ReferenceValue, r.All, nil
 		}
 	}
-	return e.c.store.TakeBlocks(ctx, req, blockUnits)
-}
-
-// blockUnits is a block's weight in its execution's progress: its numbers, its items, or one.
-func blockUnits(b execution.BlockRow) int64 {
-	switch b.Kind {
-	case execution.BlockNumeric:
-		return *b.ToNumber - *b.FromNumber + 1
-	case execution.BlockList:
-		return int64(b.ItemCount)
-	}
-	return 1
+	return e.c.store.TakeBlocks(ctx, req)
 }
 
 func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
@@ -366,7 +356,7 @@ func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
 
 func (e *Execution) block(r execution.BlockRow) *Block {
 	b := &Block{ID: r.ID, Kind: BlockKind(r.Kind), Attempt: r.Attempt, Forced: r.Forced, CreatedAt: r.CreatedAt,
-		Value: r.Value, e: e, units: blockUnits(r)}
+		Value: r.Value, e: e, units: r.Units()}
 	if r.FromNumber != nil {
 		b.From, b.To = *r.FromNumber, *r.ToNumber
 	}

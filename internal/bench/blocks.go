@@ -83,7 +83,14 @@ func RawBlockCycles(ctx context.Context, pool *pgxpool.Pool, goroutines, per int
 	if err := pool.QueryRow(ctx, rawTaskSQL).Scan(&task); err != nil {
 		return 0, err
 	}
-	if _, err := pool.Exec(ctx, `CREATE SEQUENCE IF NOT EXISTS bench_raw_blocks`); err != nil {
+	// Processes start at once: CREATE SEQUENCE IF NOT EXISTS alone races on the catalog.
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7424)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE SEQUENCE IF NOT EXISTS bench_raw_blocks`)
+		return err
+	}); err != nil {
 		return 0, err
 	}
 	end := start.Add(d)

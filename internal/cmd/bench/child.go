@@ -39,7 +39,7 @@ func (c *childFlags) register() {
 	flag.Int64Var(&c.startAt, "start-at", 0, "internal: unix nanoseconds at which a child starts measuring")
 	flag.DurationVar(&c.duration, "child-duration", 0, "internal: measuring time of a child")
 	flag.IntVar(&c.tasks, "tasks", 80, "internal: tasks of a holders child")
-	flag.IntVar(&c.holders, "child-holders", 0, "internal: executions a holders child holds")
+	flag.IntVar(&c.holders, "child-holders", 0, "internal: executions a holders child holds (blocks: blocks per execution)")
 }
 
 // childResult is what a child prints.
@@ -92,9 +92,9 @@ func (c *childFlags) run(ctx context.Context) error {
 		if err = warm(ctx, pool, client, c.goroutines); err == nil {
 			start := time.Unix(0, c.startAt)
 			if c.mode == "blocks" {
-				out.Cycles, err = bench.BlockCycles(ctx, client, "bench", "blocks", c.goroutines, blocksPer, start, c.duration)
+				out.Cycles, err = bench.BlockCycles(ctx, client, "bench", "blocks", c.goroutines, c.holders, start, c.duration)
 			} else {
-				out.Cycles, err = bench.RawBlockCycles(ctx, pool, c.goroutines, blocksPer, start, c.duration)
+				out.Cycles, err = bench.RawBlockCycles(ctx, pool, c.goroutines, c.holders, start, c.duration)
 			}
 		}
 	case "pingpong":
