@@ -116,6 +116,17 @@ func librarySettings() TaskSettings {
 	}
 }
 
+// Validate checks s as one layer of settings (zero fields inherit) and as it would be in force
+// over the library defaults, naming the field at fault. Starts run the same checks on every
+// layer; a SettingsSource can use Validate to refuse bad settings before they are asked for.
+func (s TaskSettings) Validate() error {
+	if err := s.validateLayer("settings"); err != nil {
+		return err
+	}
+	_, err := librarySettings().over(s).toStore("settings")
+	return err
+}
+
 // validateLayer checks the values set at one layer, before merging, naming the field.
 func (s TaskSettings) validateLayer(layer string) error {
 	switch {

@@ -56,7 +56,9 @@ import (
 	"github.com/taskling-go/taskling/dashboard"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/taskling/settingsfile"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var (
@@ -103,6 +105,8 @@ var (
 	_ = dashboard.NewHandler
 	_ = migrations.Up
 	_ = tasklingprom.New
+	_ = prometheus.MustRegister
+	_ = settingsfile.Open
 	_ = time.Second
 )
 `

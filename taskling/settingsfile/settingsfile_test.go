@@ -1,0 +1,173 @@
+package settingsfile_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/taskling/settingsfile"
+)
+
+func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }
+
+const good = `# the fleet's limits
+[defaults]
+keep_alive_death_threshold = "30s"
+
+[applications.billing]
+concurrency_limit = 4
+
+[applications.billing.tasks.export]
+concurrency_limit = 1
+death_mode = "override"
+override_threshold = "2h"
+
+[applications.billing.tasks."nightly report"]
+disabled = true
+`
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	// As editors and config management do: a new file renamed over the old one.
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(text), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+func open(t *testing.T, text string) (*settingsfile.Source, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "taskling.toml")
+	write(t, path, text)
+	src, err := settingsfile.Open(context.Background(), path, nil)
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	return src, path
+}
+
+func settings(t *testing.T, src *settingsfile.Source, app, task string) taskling.TaskSettings {
+	t.Helper()
+	s, err := src.TaskSettings(context.Background(), app, task)
+	require.NoError(t, err)
+	return s
+}
+
+func TestTasksInheritFromTheirApplicationAndTheFilesDefaults(t *testing.T) {
+	src, _ := open(t, good)
+	export := settings(t, src, "billing", "export")
+	require.Equal(t, 1, export.ConcurrencyLimit)
+	require.Equal(t, taskling.DeathModeOverride, export.DeathMode)
+	require.Equal(t, 2*time.Hour, export.OverrideThreshold)
+	require.Equal(t, 30*time.Second, export.KeepAliveDeathThreshold, "from [defaults]")
+	require.Equal(t, 4, settings(t, src, "billing", "import").ConcurrencyLimit, "from [applications.billing]")
+	require.True(t, settings(t, src, "billing", "nightly report").Disabled)
+	other := settings(t, src, "other", "task")
+	require.Zero(t, other.ConcurrencyLimit, "unset: the layers below decide")
+	require.Equal(t, 30*time.Second, other.KeepAliveDeathThreshold)
+}
+
+func TestABadFileIsRefusedNamingFileLineAndKey(t *testing.T) {
+	for _, tc := range []struct{ name, text, want string }{
+		{"syntax", "[defaults\nconcurrency_limit = 1\n", ":2: expected '.' or ']'"},
+		{"unknown key", "[applications.billing]\nconcurency_limit = 2\n", `:2: applications.billing.concurency_limit: unknown key`},
+		{"out of bounds", "[applications.billing.tasks.export]\n\nconcurrency_limit = 0\n", `:3: applications.billing.tasks.export.concurrency_limit: is 0; want -1 (unlimited) or 1 to 10000`},
+		{"bad duration", "[defaults]\nkeep_alive_interval = \"soon\"\n", `:2: defaults.keep_alive_interval: is "soon"`},
+		{"bad mode", "[applications.a.tasks.\"b c\"]\ndeath_mode = \"never\"\n", `:2: applications.a.tasks."b c".death_mode: is "never"`},
+		{"combination", "[defaults]\nkeep_alive_interval = \"10s\"\n[applications.a]\nkeep_alive_death_threshold = \"15s\"\n",
+			`:3: applications.a: these settings, with the layers below them, are refused`},
+		{"wrong type", "[defaults]\nconcurrency_limit = \"two\"\n", ":2: defaults.concurrency_limit: incompatible types"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "taskling.toml")
+			write(t, path, tc.text)
+			_, err := settingsfile.Open(context.Background(), path, nil)
+			require.ErrorIs(t, err, settingsfile.ErrMalformed)
+			require.Contains(t, err.Error(), path)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestAnEditAppliesAndABrokenEditKeepsTheLastGoodSettings(t *testing.T) {
+	src, path := open(t, good)
+	reg := prometheus.NewRegistry()
+	require.NoError(t, reg.Register(src.Collector()))
+	write(t, path, strings.Replace(good, "concurrency_limit = 4", "concurrency_limit = 6", 1))
+	require.Eventually(t, func() bool { return settings(t, src, "billing", "import").ConcurrencyLimit == 6 },
+		5*time.Second, 10*time.Millisecond, "the edit is read without a restart")
+
+	write(t, path, strings.Replace(good, "concurrency_limit = 4", "concurrency_limit = -7", 1))
+	require.Eventually(t, func() bool { return src.Status().Err != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 6, settings(t, src, "billing", "import").ConcurrencyLimit, "the last good settings stay")
+	require.Contains(t, src.Status().Err.Error(), "applications.billing.concurrency_limit: is -7")
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	values := map[string]float64{}
+	for _, f := range families {
+		m := f.GetMetric()[0]
+		values[f.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	require.Equal(t, 1.0, values["taskling_settings_file_error"])
+	require.GreaterOrEqual(t, values["taskling_settings_file_failures_total"], 1.0)
+
+	write(t, path, good)
+	require.Eventually(t, func() bool { return src.Status().Err == nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 4, settings(t, src, "billing", "import").ConcurrencyLimit)
+}
+
+// TestTwoHostsWithTwoFiles: each client reads its own file. The limit in force at a grant is the
+// requester's declared one, and an edit of a host's file is obeyed by that host's next start.
+func TestTwoHostsWithTwoFiles(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	srcA, pathA := open(t, "[applications.app.tasks.task]\nconcurrency_limit = 1\n")
+	srcB, _ := open(t, "[applications.app.tasks.task]\nconcurrency_limit = 2\n")
+	a, err := taskling.NewClient(pool, &taskling.Config{HostName: "host-a", Settings: srcA})
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	b, err := taskling.NewClient(pool, &taskling.Config{HostName: "host-b", Settings: srcB})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+
+	first, err := a.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	defer func() { _ = first.Complete(ctx) }()
+	_, err = a.StartExecution(ctx, "app", "task", nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached, "host a's file says 1")
+	second, err := b.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err, "host b's file says 2: its start declares 2")
+	defer func() { _ = second.Complete(ctx) }()
+	info, err := b.Task(ctx, "app", "task")
+	require.NoError(t, err)
+	require.Equal(t, 2, info.DeclaredLimit)
+	require.Equal(t, "host-b", info.DeclaredBy)
+
+	write(t, pathA, "[applications.app.tasks.task]\nconcurrency_limit = 3\n")
+	require.Eventually(t, func() bool { return settings(t, srcA, "app", "task").ConcurrencyLimit == 3 }, 5*time.Second, 10*time.Millisecond)
+	third, err := a.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err, "the edit is obeyed by host a's next start")
+	require.NoError(t, third.Complete(ctx))
+}
+
+func TestAMissingFileIsAnError(t *testing.T) {
+	_, err := settingsfile.Open(context.Background(), filepath.Join(t.TempDir(), "nope.toml"), nil)
+	require.True(t, errors.Is(err, os.ErrNotExist), "got %v", err)
+}
+
+func TestTheExampleFileIsGood(t *testing.T) {
+	src, err := settingsfile.Open(context.Background(), "../../examples/settings/taskling.toml", nil)
+	require.NoError(t, err)
+	defer src.Close()
+	require.Equal(t, 1, settings(t, src, "billing", "export").ConcurrencyLimit)
+	require.Equal(t, -1, settings(t, src, "crm", "sync").ConcurrencyLimit)
+	require.True(t, settings(t, src, "legacy", "import").Disabled)
+}
