@@ -70,6 +70,9 @@ type TakeBlocksRequest struct {
 	// Continue: the new blocks continue from the last one, so their creation is serialized per
 	// task (numeric and date blocks).
 	Continue bool
+	// Uncapped: every new block is created and taken, whatever Max (list and object blocks: their
+	// items exist only in this request).
+	Uncapped bool
 }
 
 // retryLimit is what the blocks taken record as their retry limit.
@@ -138,14 +141,29 @@ const ownerFrom = `taskling.block b
 // notLiveSQL: block b's latest attempt ended, or its execution is not running.
 var notLiveSQL = `(b.status >= 3 OR ` + statusSQL + ` <> 'in_progress')`
 
+// ownerLiveSQL: block b's latest attempt's execution runs, judged in a subquery on b, so that
+// the re-check of a row another claim changed meanwhile (FOR UPDATE in READ COMMITTED reads its
+// newest version) judges the new owner, and skips the row for the next one instead of locking it
+// and finding its attempt count changed.
+var ownerLiveSQL = `EXISTS (SELECT 1 FROM taskling.task_execution e
+        LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+        LEFT JOIN taskling.session s ON s.id = e.session_id
+        WHERE e.id = b.execution_id AND ` + statusSQL + ` = 'in_progress')`
+
+// ownerStartSQL: when block b's latest attempt's execution started (the block's creation if the
+// row is gone), for the detection windows.
+const ownerStartSQL = `coalesce((SELECT e.started_at FROM taskling.task_execution e WHERE e.id = b.execution_id), b.created_at)`
+
 // claimSQL takes, for execution $4, up to $3 blocks of task $1 and kind $2 chosen by where,
-// oldest first, each with its next attempt ($5: forced; $6: the request's retry limit).
+// oldest first, each with its next attempt ($5: forced; $6: the request's retry limit). The
+// attempt count read must still be the row's when it is written (a compare-and-set, on top of the
+// row lock), and (block, attempt) is block_attempt's key: two claims never take one attempt.
 func claimSQL(where string) string {
 	return `
 WITH cand AS (
-    SELECT b.id, b.attempts, b.execution_id AS prev
-    FROM ` + ownerFrom + `
-    WHERE b.task_id = $1 AND b.kind = $2 AND ` + notLiveSQL + ` AND ` + where + `
+    SELECT b.id, b.attempts, b.execution_id AS prev, b.status AS prev_status
+    FROM taskling.block b
+    WHERE b.task_id = $1 AND b.kind = $2 AND (b.status >= 3 OR NOT ` + ownerLiveSQL + `) AND ` + where + `
     ORDER BY b.created_at, b.id
     LIMIT $3
     FOR UPDATE OF b SKIP LOCKED
@@ -157,10 +175,13 @@ WITH cand AS (
     INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
     SELECT id, attempts, $4, $5 FROM claimed
 ), forced AS (
+    -- a forced block taken another way (dead, failed) has run again too
     UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
-    FROM claimed WHERE $5 AND f.block_id = claimed.id AND f.taken_at IS NULL
+    FROM claimed WHERE f.block_id = claimed.id AND f.taken_at IS NULL
 )
-SELECT ` + blockColumns + `, $5 AS forced, cand.prev = $4 AS retaken,
+SELECT ` + blockColumns + `, $5 AS forced,
+    -- counted already by this execution, unless it completed it before (forced again: new work)
+    cand.prev = $4 AND cand.prev_status <> 3 AS retaken,
     (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id AND i.status IN (2, 4)) AS items_done
 FROM claimed b JOIN cand ON cand.id = b.id
 ORDER BY b.created_at, b.id`
@@ -168,8 +189,8 @@ ORDER BY b.created_at, b.id`
 
 var (
 	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND coalesce(e.started_at, b.created_at) >= clock_timestamp() - $8::interval`)
-	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND coalesce(e.started_at, b.created_at) >= clock_timestamp() - $8::interval`)
+	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
+	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
 	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
         JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
 )
@@ -208,6 +229,9 @@ const blockUnitsSQL = `CASE b.kind WHEN 1 THEN b.to_number - b.from_number + 1 W
 func (b BlockRow) Units() int64 {
 	switch b.Kind {
 	case BlockNumeric:
+		if b.FromNumber == nil || b.ToNumber == nil { // refused by the table's checks
+			return 1
+		}
 		return *b.ToNumber - *b.FromNumber + 1
 	case BlockList:
 		return int64(b.ItemCount)
@@ -262,8 +286,12 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 				return err
 			}
 		}
-		if req.New != nil && room() > 0 {
-			created, counted, err := s.createBlocks(ctx, tx, req, room(), out)
+		if req.New != nil && (room() > 0 || req.Uncapped) {
+			r := room()
+			if req.Uncapped {
+				r = math.MaxInt32
+			}
+			created, counted, err := s.createBlocks(ctx, tx, req, r, out)
 			if err != nil {
 				return err
 			}

@@ -508,7 +508,11 @@ func (t *txConn) commit(ctx context.Context, b *txBatch) error {
 	// be unknown, and a ticket it queued (a waiter whose wait just timed out) would stay in the
 	// queue unknown to its waiter, offered the slot again and again. A caller whose context ended
 	// meanwhile waits for this one round trip (at most commitTimeout) and learns what it wrote.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+	wait := commitTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > wait {
+		wait = time.Until(d) // the caller allowed longer (a synchronous standby, say)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 	defer cancel()
 	if err := t.send(cctx, b); err != nil {
 		return err
@@ -517,7 +521,8 @@ func (t *txConn) commit(ctx context.Context, b *txBatch) error {
 	return nil
 }
 
-// commitTimeout bounds the last round trip of a token transaction once sent.
+// commitTimeout bounds the last round trip of a token transaction once sent (or the caller's
+// deadline, if later).
 const commitTimeout = 5 * time.Second
 
 // idleInTransactionTimeout bounds how long a token transaction may sit idle between its two

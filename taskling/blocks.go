@@ -1,10 +1,12 @@
 package taskling
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -27,6 +29,9 @@ const (
 	MaxBlockValueLength = 1 << 20
 	// MaxListBlockSize is the most items one list block holds.
 	MaxListBlockSize = 100_000
+	// MaxNewBlocks is the most new blocks one call creates; a longer range continues in later
+	// calls with MaxBlocks and ContinueFromLast.
+	MaxNewBlocks = 100_000
 )
 
 // ErrBlockLost: the block is no longer this attempt's — its execution was judged dead and another
@@ -75,7 +80,9 @@ type ReprocessReference struct {
 // BlockOptions choose which blocks an execution gets. A nil *BlockOptions means new blocks only,
 // with no cap.
 type BlockOptions struct {
-	// MaxBlocks caps the blocks of one call, forced ones included (0: no cap).
+	// MaxBlocks caps the blocks of one call, forced ones included (0: no cap). New list and
+	// object blocks are all created and taken whatever the cap: their items exist only in the
+	// call.
 	MaxBlocks int
 	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never).
 	ReprocessDead, ReprocessFailed *RetryPolicy
@@ -178,6 +185,9 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
 		from := r.From
 		if opts != nil && opts.ContinueFromLast && last != nil && last.Number >= from {
+			if last.Number == math.MaxInt64 {
+				return execution.NewBlocks{}, nil
+			}
 			from = last.Number + 1
 		}
 		var nb execution.NewBlocks
@@ -200,6 +210,13 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 			return fmt.Errorf("%w: NumericRange.MaxSize is %d; must be at least 1", ErrInvalidArgument, r.MaxSize)
 		case r.From > r.To:
 			return fmt.Errorf("%w: NumericRange.From (%d) is after NumericRange.To (%d)", ErrInvalidArgument, r.From, r.To)
+		case r.From < 0 && r.To > math.MaxInt64+r.From:
+			return fmt.Errorf("%w: NumericRange from %d to %d holds more numbers than an int64 counts", ErrInvalidArgument, r.From, r.To)
+		case r.MaxSize > math.MaxInt64/2:
+			return fmt.Errorf("%w: NumericRange.MaxSize is %d; at most %d", ErrInvalidArgument, r.MaxSize, int64(math.MaxInt64/2))
+		case (opts == nil || opts.MaxBlocks == 0) && (r.To-r.From)/r.MaxSize >= MaxNewBlocks:
+			return fmt.Errorf("%w: NumericRange would make more than %d blocks in one call; set BlockOptions.MaxBlocks (with ContinueFromLast to go on later)",
+				ErrInvalidArgument, MaxNewBlocks)
 		}
 		return nil
 	}); err != nil {
@@ -212,6 +229,8 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 // DateBlocks gets date range blocks (see BlockOptions for which). r is split into blocks of at
 // most r.MaxSpan; the database stores microseconds, so a span must be at least one.
 func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOptions) ([]*Block, error) {
+	// The database keeps microseconds: blocks are cut on them, so no block shrinks to nothing.
+	r.From, r.To, r.MaxSpan = r.From.Truncate(time.Microsecond), r.To.Truncate(time.Microsecond), r.MaxSpan.Truncate(time.Microsecond)
 	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
 		from := r.From
 		if opts != nil && opts.ContinueFromLast && last != nil && last.Date.After(from) {
@@ -235,6 +254,9 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 		case !r.From.Before(r.To):
 			return fmt.Errorf("%w: DateRange.From (%s) is not before DateRange.To (%s): the range is empty", ErrInvalidArgument,
 				r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
+		case (opts == nil || opts.MaxBlocks == 0) && r.To.Sub(r.From)/r.MaxSpan >= MaxNewBlocks:
+			return fmt.Errorf("%w: DateRange would make more than %d blocks in one call; set BlockOptions.MaxBlocks (with ContinueFromLast to go on later)",
+				ErrInvalidArgument, MaxNewBlocks)
 		}
 		return nil
 	}); err != nil {
@@ -260,10 +282,7 @@ func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockO
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(_ *execution.BlockEnd, room int) (execution.NewBlocks, error) {
-		if room >= 0 && room < len(encoded) {
-			return execution.NewBlocks{Values: encoded[:room]}, nil
-		}
+	newBlocks := func(*execution.BlockEnd, int) (execution.NewBlocks, error) {
 		return execution.NewBlocks{Values: encoded}, nil
 	}
 	rows, err := e.takeBlocks(ctx, execution.BlockObject, opts, newBlocks)
@@ -286,6 +305,9 @@ func encodeValue(field string, v any) ([]byte, error) {
 	}
 	if len(b) > MaxBlockValueLength {
 		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(b), MaxBlockValueLength)
+	}
+	if bytes.Contains(b, []byte(`\u0000`)) {
+		return nil, fmt.Errorf("%w: %s contains a NUL character, which PostgreSQL's jsonb cannot store", ErrInvalidArgument, field)
 	}
 	return b, nil
 }
@@ -326,7 +348,8 @@ func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptio
 	if err := e.blockWrite(); err != nil {
 		return nil, err
 	}
-	req := execution.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks}
+	req := execution.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks,
+		Uncapped: kind == execution.BlockList || kind == execution.BlockObject}
 	if o := opts; o != nil {
 		req.Max = o.MaxBlocks
 		if p := o.ReprocessDead; p != nil {
@@ -357,10 +380,10 @@ func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
 func (e *Execution) block(r execution.BlockRow) *Block {
 	b := &Block{ID: r.ID, Kind: BlockKind(r.Kind), Attempt: r.Attempt, Forced: r.Forced, CreatedAt: r.CreatedAt,
 		Value: r.Value, e: e, units: r.Units()}
-	if r.FromNumber != nil {
+	if r.FromNumber != nil && r.ToNumber != nil {
 		b.From, b.To = *r.FromNumber, *r.ToNumber
 	}
-	if r.FromDate != nil {
+	if r.FromDate != nil && r.ToDate != nil {
 		b.FromTime, b.ToTime = *r.FromDate, *r.ToDate
 	}
 	return b
@@ -449,6 +472,8 @@ type ListItem struct {
 	Status ItemStatus
 	Reason string
 	Step   int
+
+	block int64
 }
 
 // Decode decodes the item's value into v.
@@ -520,11 +545,10 @@ func (e *Execution) ListBlocks(ctx context.Context, r ListBlocksRequest, opts *B
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(_ *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+	newBlocks := func(*execution.BlockEnd, int) (execution.NewBlocks, error) {
 		nb := execution.NewBlocks{Header: header}
-		for i := 0; i < len(items) && room != 0; i += r.MaxBlockSize {
+		for i := 0; i < len(items); i += r.MaxBlockSize {
 			nb.Items = append(nb.Items, items[i:min(i+r.MaxBlockSize, len(items))])
-			room--
 		}
 		return nb, nil
 	}
@@ -564,7 +588,7 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 	}
 	out := make([]*ListItem, len(rows))
 	for i, r := range rows {
-		it := &ListItem{N: r.N, Value: r.Value, Status: ItemStatus(r.Status)}
+		it := &ListItem{N: r.N, Value: r.Value, Status: ItemStatus(r.Status), block: l.ID}
 		if r.Reason != nil {
 			it.Reason = *r.Reason
 		}
@@ -598,8 +622,8 @@ func (l *ListBlock) ItemDiscarded(ctx context.Context, item *ListItem, reason st
 }
 
 func (l *ListBlock) setItem(ctx context.Context, item *ListItem, status ItemStatus, reason string, step int) error {
-	if item == nil || item.N < 1 || item.N > l.ItemCount {
-		return fmt.Errorf("%w: item is not one of block %d's", ErrInvalidArgument, l.ID)
+	if item == nil || item.block != l.ID || item.N < 1 || item.N > l.ItemCount {
+		return fmt.Errorf("%w: item is not one of block %d's (take items from its Items)", ErrInvalidArgument, l.ID)
 	}
 	if step < 0 || step > 32767 {
 		return fmt.Errorf("%w: step is %d; must be 0 (none) to 32767", ErrInvalidArgument, step)

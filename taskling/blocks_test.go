@@ -589,3 +589,67 @@ func TestABlockWhoseExecutionRowIsGoneIsDead(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, 2, got[0].Attempt)
 }
+
+func TestNewListAndObjectBlocksAreAllCreatedWhateverMaxBlocks(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	lists, err := e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, MaxBlockSize: 2},
+		&taskling.BlockOptions{MaxBlocks: 2})
+	require.NoError(t, err)
+	require.Len(t, lists, 5, "their items exist only in this call: none may be dropped")
+	require.Equal(t, 10, b.count(t, `SELECT count(*) FROM taskling.list_item`))
+	objects, err := e.ObjectBlocks(b.ctx, []any{"a", "b", "c"}, &taskling.BlockOptions{MaxBlocks: 1})
+	require.NoError(t, err)
+	require.Len(t, objects, 3)
+}
+
+func TestAForcedBlockTheExecutionCompletedCountsAsNewWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	made, err := e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
+	require.NoError(t, err)
+	require.NoError(t, made[0].Complete(b.ctx, 10))
+	require.NoError(t, b.client.ForceBlock(b.ctx, made[0].ID, "ops"))
+	again, err := e.NumericBlocks(b.ctx, noBlocksNew, &taskling.BlockOptions{OnlyOld: true})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.NoError(t, again[0].Complete(b.ctx, 10))
+	done, total := b.progress(t, e.ID())
+	require.Equal(t, [2]int64{20, 20}, [2]int64{done, total})
+}
+
+func TestAnItemOfAnotherBlockIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	lists, err := e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{"a1", "a2", "b1", "b2"}, MaxBlockSize: 2}, nil)
+	require.NoError(t, err)
+	itemsA, err := lists[0].Items(b.ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, lists[1].ItemCompleted(b.ctx, itemsA[0]), taskling.ErrInvalidArgument)
+	require.ErrorIs(t, lists[1].ItemCompleted(b.ctx, &taskling.ListItem{N: 1}), taskling.ErrInvalidArgument)
+}
+
+func TestBlockValuesTheDatabaseCannotStoreAreRefusedNamingTheField(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	_, err := e.ObjectBlocks(b.ctx, []any{"a\x00b"}, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "values[0] contains a NUL character")
+	_, err = e.NumericBlocks(b.ctx, taskling.NumericRange{From: -1 << 62, To: 1 << 62, MaxSize: 1 << 40}, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	_, err = e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 1 << 40, MaxSize: 1}, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "more than MaxNewBlocks at once")
+	require.Contains(t, err.Error(), "BlockOptions.MaxBlocks")
+	// A span that does not fall on microseconds: cut on them, the last block never empty.
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	got, err := e.DateBlocks(b.ctx, taskling.DateRange{From: from, To: from.Add(time.Hour + 500), MaxSpan: time.Hour}, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.block WHERE kind <> 2`))
+	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.block SET to_date = NULL`)
+	require.Error(t, err, "a range without an end is refused by the table")
+}

@@ -57,9 +57,20 @@ func (e *Execution) CriticalSection(ctx context.Context, timeout time.Duration) 
 		return nil, err
 	}
 	s := &CriticalSection{owner: e, held: held}
-	e.mu.Lock()
-	e.section = s
-	e.mu.Unlock()
+	// Held only by an execution still running: Complete (which releases the section it finds)
+	// may have run while this waited.
+	e.completing.Lock()
+	completed := e.completed
+	if !completed {
+		e.mu.Lock()
+		e.section = s
+		e.mu.Unlock()
+	}
+	e.completing.Unlock()
+	if completed {
+		return nil, errors.Join(fmt.Errorf("%w: execution %d completed while waiting for its critical section", ErrExecutionCompleted, e.id),
+			held.Complete(context.WithoutCancel(ctx)))
+	}
 	return s, nil
 }
 

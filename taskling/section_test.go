@@ -128,3 +128,21 @@ func TestCriticalSectionNamesAreReserved(t *testing.T) {
 	err = b.client.UpdateTaskSettings(b.ctx, b.app, "task"+taskling.SectionSuffix, taskling.SettingsUpdate{ConcurrencyLimit: &limit})
 	require.True(t, errors.Is(err, taskling.ErrInvalidArgument), "an operator cannot raise a section's limit: %v", err)
 }
+
+func TestACriticalSectionGrantedAfterItsExecutionCompletedIsGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(2))
+	e1, e2 := b.start(t, nil), b.start(t, nil)
+	s1, err := e1.CriticalSection(b.ctx, 0)
+	require.NoError(t, err)
+	r2 := section(b.ctx, e2, 10*time.Second)
+	require.Eventually(t, func() bool { return b.sectionWaiters(t) == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.NoError(t, e2.Complete(b.ctx)) // while its section wait goes on
+	require.NoError(t, s1.Release(b.ctx))
+	got := <-r2
+	require.ErrorIs(t, got.err, taskling.ErrExecutionCompleted)
+	e3 := b.start(t, nil)
+	s3, err := e3.CriticalSection(b.ctx, 2*time.Second)
+	require.NoError(t, err, "the section was given back, not left held")
+	require.NoError(t, s3.Release(b.ctx))
+}

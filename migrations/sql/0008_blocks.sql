@@ -27,8 +27,8 @@ CREATE TABLE taskling.block (
     -- dead ones; 0 when it asked for neither): a block not completed, not live, with more
     -- attempts than this is at its retry limit.
     retry_limit  integer     NOT NULL DEFAULT 0,
-    CHECK (kind <> 1 OR (from_number IS NOT NULL AND to_number >= from_number)),
-    CHECK (kind <> 2 OR (from_date IS NOT NULL AND to_date > from_date))
+    CHECK (kind <> 1 OR (from_number IS NOT NULL AND to_number IS NOT NULL AND to_number >= from_number)),
+    CHECK (kind <> 2 OR (from_date IS NOT NULL AND to_date IS NOT NULL AND to_date > from_date))
 );
 
 -- A range is created once per task, whoever continues from the last one.
