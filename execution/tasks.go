@@ -36,6 +36,9 @@ type TaskSummary struct {
 	LimitSource   string
 	DeclaredLimit *int
 	DeclaredBy    *string
+	// Dispute is the last time a host's declaration replaced a different limit declared by
+	// another host, within DisputeWindow; nil if none.
+	Dispute *Dispute
 	// SlotsUsed counts the slots held by live executions (for an unlimited task: its live
 	// executions); SlotsTotal is the limit in force (-1 unlimited), which the token list — and
 	// so TaskSlots — matches from the next acquisition on.
@@ -51,6 +54,31 @@ type TaskSummary struct {
 	// queued (zero if none).
 	Waiting    int
 	OldestWait time.Time
+}
+
+// Dispute is a declaration of a task's limit that another host's replaced.
+type Dispute struct {
+	Limit int
+	Host  string
+	At    time.Time // when it was replaced, on the database clock
+}
+
+// DisputeWindow is how long a disagreement between hosts' declarations is reported.
+const DisputeWindow = 10 * time.Minute
+
+// RecordDispute records that host declared limit for a task whose declaration by another host
+// was a different one (AcquireResult.ConflictingDeclaration). Outside any token transaction.
+func (s *Store) RecordDispute(ctx context.Context, taskID int64, other Declaration, limit int, host string) error {
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO taskling.declaration_dispute (task_id, other_limit, other_host, declared_limit, declared_by)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (task_id) DO UPDATE SET other_limit = excluded.other_limit, other_host = excluded.other_host,
+    declared_limit = excluded.declared_limit, declared_by = excluded.declared_by, at = clock_timestamp()`,
+		taskID, other.Limit, other.Host, limit, host)
+	if err != nil {
+		return fmt.Errorf("execution: record the disagreement on task %d: %w", taskID, err)
+	}
+	return nil
 }
 
 // LastExecution is the newest execution of a task.
@@ -76,9 +104,12 @@ var summarySQL = `
 SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
+    dd.other_limit, dd.other_host, dd.at,
     coalesce(h.ids, '{}'), coalesce(h.alive, '{}'),
     l.id, l.status, l.started_at, w.waiting, w.oldest
 FROM taskling.task_definition d
+LEFT JOIN taskling.declaration_dispute dd
+    ON dd.task_id = d.id AND clock_timestamp() - dd.at < ` + fmt.Sprintf("interval '%d seconds'", int(DisputeWindow.Seconds())) + `
 LEFT JOIN LATERAL (` + liveTicketsSQL + `) w ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(e.id ORDER BY e.id) AS ids, array_agg(` + holdsSQL + ` ORDER BY e.id) AS alive
@@ -130,11 +161,14 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 		lastStatus *string
 		lastAt     *time.Time
 		oldest     *time.Time
+		dLimit     *int
+		dBy        *string
+		dAt        *time.Time
 	)
 	err := row.Scan(&t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
-		&t.DeclaredLimit, &t.DeclaredBy, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)
+		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)
 	if err != nil {
 		return t, err
 	}
@@ -148,6 +182,12 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 	}
 	if oldest != nil {
 		t.OldestWait = *oldest
+	}
+	if dLimit != nil && dAt != nil {
+		t.Dispute = &Dispute{Limit: *dLimit, At: *dAt}
+		if dBy != nil {
+			t.Dispute.Host = *dBy
+		}
 	}
 	if lastID != nil {
 		t.LastExecution = &LastExecution{ID: *lastID, Status: *lastStatus, StartedAt: *lastAt}

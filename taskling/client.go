@@ -74,7 +74,8 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs sync.Map // "app\x00task" -> int64
+	taskIDs  sync.Map // "app\x00task" -> int64
+	disputes sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
 
 	sched scheduler    // cron registrations (schedule.go)
 	hb    *heartbeater // the session and its heartbeats (heartbeat.go)

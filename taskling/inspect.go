@@ -25,6 +25,14 @@ type notFound string
 func (e notFound) Error() string        { return "taskling: " + string(e) + ": not found" }
 func (e notFound) Is(target error) bool { return target == ErrNotFound }
 
+// Disagreement is the last declaration of a task's limit that another host's different one
+// replaced: OtherHost had declared OtherLimit until At.
+type Disagreement struct {
+	OtherLimit int
+	OtherHost  string
+	At         time.Time
+}
+
 // LimitSource says where a task's limit in force comes from.
 type LimitSource string
 
@@ -48,6 +56,10 @@ type TaskInfo struct {
 	// DeclaredLimit is the limit the last requester declared (0: none yet), by DeclaredBy.
 	DeclaredLimit int
 	DeclaredBy    string
+	// Disagreement is set when, within the last 10 minutes, a host declared a limit other than
+	// the one another host had declared (their settings differ: files not yet reloaded, say). The
+	// limit in force at each grant is the requester's declaration; an override settles it.
+	Disagreement *Disagreement
 	// Overrides are the operator's overrides (nil fields are not overridden), last changed at
 	// OverridesUpdatedAt (zero if never).
 	Overrides          SettingsUpdate
@@ -313,6 +325,9 @@ func taskInfoOf(s execution.TaskSummary) TaskInfo {
 	}
 	if s.DeclaredBy != nil {
 		t.DeclaredBy = *s.DeclaredBy
+	}
+	if d := s.Dispute; d != nil {
+		t.Disagreement = &Disagreement{OtherLimit: d.Limit, OtherHost: d.Host, At: d.At}
 	}
 	if s.Overrides.UpdatedAt != nil {
 		t.OverridesUpdatedAt = *s.Overrides.UpdatedAt

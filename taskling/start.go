@@ -118,6 +118,7 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	}
 	c.report(app, task, req, res)
 	if d := res.ConflictingDeclaration; d != nil {
+		c.noteDispute(req, *d)
 		c.log.Warn("taskling: hosts declare different concurrency limits for one task; the last requester's limit is in force unless an operator override is set",
 			zap.String("task", req.TaskName), zap.String("host", req.Host), zap.Int("limit", req.Declared.ConcurrencyLimit),
 			zap.String("other_host", d.Host), zap.Int("other_limit", d.Limit))
@@ -271,4 +272,27 @@ func validateText(field, s string, max int) error {
 // that an error message is never lost.
 func cleanText(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// disputeEvery is how often at most a host records, per task, that its declaration replaced
+// another host's different one.
+const disputeEvery = 5 * time.Second
+
+// noteDispute records, in the background and at most every disputeEvery per task, that this
+// host's declaration replaced another host's different limit: operators see the disagreement.
+func (c *Client) noteDispute(req execution.AcquireRequest, other execution.Declaration) {
+	now := time.Now()
+	if last, ok := c.disputes.Load(req.TaskID); ok && now.Sub(last.(time.Time)) < disputeEvery {
+		return
+	}
+	c.disputes.Store(req.TaskID, now)
+	c.live.Add(1)
+	go func() {
+		defer c.live.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := c.store.RecordDispute(ctx, req.TaskID, other, req.Declared.ConcurrencyLimit, req.Host); err != nil {
+			c.log.Debug("taskling: could not record a disagreement between hosts' limits", zap.String("task", req.TaskName), zap.Error(err))
+		}
+	}()
 }

@@ -57,3 +57,39 @@ func TestBlocksUpgradeKeepsHoldersSubmissionsAndHistory(t *testing.T) {
 	}
 	b.waitStatus(t, sub, taskling.SubmissionCompleted)
 }
+
+// TestDisputesUpgradeKeepsHoldersAndBlocks: 0009 (the record of hosts' disagreeing declarations)
+// on a database of 0008 in use: a holder with blocks keeps them across the upgrade, and the next
+// different declaration from another host is recorded.
+func TestDisputesUpgradeKeepsHoldersAndBlocks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewEmptyDB(t)
+	require.NoError(t, migrations.UpTo(ctx, pool, 8))
+	const app, task = "app", "task"
+	old := newClient(t, pool, &taskling.Config{HostName: "old", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2}})
+	holder, err := old.StartExecution(ctx, app, task, nil)
+	require.NoError(t, err)
+	blocks, err := holder.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 5}, nil)
+	require.NoError(t, err)
+	require.NoError(t, blocks[0].Complete(ctx, 5))
+
+	require.NoError(t, migrations.Up(ctx, pool))
+
+	require.NoError(t, blocks[1].Complete(ctx, 5))
+	info, err := old.Task(ctx, app, task)
+	require.NoError(t, err)
+	require.Nil(t, info.Disagreement)
+	require.Equal(t, 1, info.SlotsUsed)
+	other := newClient(t, pool, &taskling.Config{HostName: "new", Defaults: taskling.TaskSettings{ConcurrencyLimit: 3}})
+	e, err := other.StartExecution(ctx, app, task, nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx))
+	require.Eventually(t, func() bool {
+		info, err = other.Task(ctx, app, task)
+		require.NoError(t, err)
+		return info.Disagreement != nil
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, "old", info.Disagreement.OtherHost)
+	require.NoError(t, holder.Complete(ctx))
+}

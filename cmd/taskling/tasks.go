@@ -140,7 +140,11 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		if l := task.LastExecution; l != nil {
 			last = fmt.Sprintf("#%d %s %s", l.ID, l.Status, clock(l.StartedAt))
 		}
-		t.row(task.Application+"/"+task.Task, limitText(task.Limit), task.LimitSource, slots, fmt.Sprint(task.Waiting), enabledText(task.Enabled), last)
+		source := task.LimitSource
+		if task.Disagreement != nil && source == "declared" {
+			source = "declared (hosts disagree)"
+		}
+		t.row(task.Application+"/"+task.Task, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), enabledText(task.Enabled), last)
 	}
 	return t.flush()
 }
@@ -170,6 +174,9 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	}
 	fmt.Fprintf(w, "Task:      %s/%s\n", d.Application, d.Task.Task)
 	fmt.Fprintf(w, "Limit:     %s (%s)\n", limitText(d.Limit), d.LimitSource)
+	if g := d.Disagreement; g != nil {
+		declared += fmt.Sprintf("; %s declared %s until %s (hosts disagree: each grant obeys its requester's)", g.OtherHost, limitText(g.OtherLimit), clock(g.At))
+	}
 	fmt.Fprintf(w, "Declared:  %s\n", terminalSafe(declared))
 	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Enabled))
 	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))

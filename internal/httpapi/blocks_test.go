@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,4 +60,36 @@ func TestBlocksOfAnExecutionAndATaskAndForcingOneThroughTheAPI(t *testing.T) {
 	require.Equal(t, blocks[0].ID, got[0].ID)
 	require.True(t, got[0].Forced)
 	require.NoError(t, e.Complete(b.ctx))
+}
+
+// TestHostsThatDeclareDifferentLimitsAreShown: a second host with a different declared limit is
+// reported by the task's JSON and page until the window passes.
+func TestHostsThatDeclareDifferentLimitsAreShown(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 2, nil)
+	b.start(t, "export")
+	other, err := taskling.NewClient(b.pool, &taskling.Config{HostName: "other-host", Defaults: taskling.TaskSettings{ConcurrencyLimit: 3}})
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	e, err := other.StartExecution(b.ctx, "app", "export", nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(b.ctx))
+
+	var task httpapi.Task
+	require.Eventually(t, func() bool {
+		b.getJSON(t, "/api/v1/tasks/app/export", &task)
+		return task.Disagreement != nil
+	}, 5*time.Second, 10*time.Millisecond, "recorded in the background")
+	require.Equal(t, "test-host", task.Disagreement.OtherHost)
+	require.Equal(t, 2, task.Disagreement.OtherLimit)
+	require.Equal(t, "other-host", *task.DeclaredBy)
+	status, page := b.do(t, "GET", "/tasks/app/export", "", "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "hosts disagree: test-host declared 2")
+
+	// Outside the window it is no longer reported.
+	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.declaration_dispute SET at = at - interval '11 minutes'`)
+	require.NoError(t, err)
+	b.getJSON(t, "/api/v1/tasks/app/export", &task)
+	require.Nil(t, task.Disagreement)
 }

@@ -18,10 +18,13 @@ type Task struct {
 	Application string `json:"application"`
 	Task        string `json:"task"`
 	// Limit in force: -1 unlimited; 0 while LimitSource is "none".
-	Limit         int            `json:"limit"`
-	LimitSource   string         `json:"limit_source"` // "override", "declared" or "none"
-	DeclaredLimit *int           `json:"declared_limit"`
-	DeclaredBy    *string        `json:"declared_by"`
+	Limit         int     `json:"limit"`
+	LimitSource   string  `json:"limit_source"` // "override", "declared" or "none"
+	DeclaredLimit *int    `json:"declared_limit"`
+	DeclaredBy    *string `json:"declared_by"`
+	// Disagreement: within the last 10 minutes another host had declared a different limit
+	// (null if not).
+	Disagreement  *Disagreement  `json:"disagreement"`
 	Enabled       *bool          `json:"enabled_override"` // null: not overridden
 	SlotsUsed     int            `json:"slots_used"`
 	SlotsTotal    int            `json:"slots_total"` // -1 unlimited
@@ -33,6 +36,13 @@ type Task struct {
 	// the oldest queued (null if none).
 	Waiting         int        `json:"waiting"`
 	OldestWaitSince *time.Time `json:"oldest_wait_since"`
+}
+
+// Disagreement is a different limit another host declared until at.
+type Disagreement struct {
+	OtherLimit int       `json:"other_limit"`
+	OtherHost  string    `json:"other_host"`
+	At         time.Time `json:"at"`
 }
 
 // Overrides are the operator's overrides stored in the task row; null fields are not overridden.
@@ -123,6 +133,7 @@ func NewTask(s taskling.TaskInfo) Task {
 		DeclaredLimit: nonZero(s.DeclaredLimit), DeclaredBy: nonEmpty(s.DeclaredBy), Enabled: o.Enabled,
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
 		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince),
+		Disagreement: disagreementOf(s.Disagreement),
 		Overrides: Overrides{
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,
@@ -247,4 +258,11 @@ type SubmissionPage struct {
 // SubmitResponse is the answer to a submission.
 type SubmitResponse struct {
 	ID int64 `json:"id"`
+}
+
+func disagreementOf(d *taskling.Disagreement) *Disagreement {
+	if d == nil {
+		return nil
+	}
+	return &Disagreement{OtherLimit: d.OtherLimit, OtherHost: d.OtherHost, At: d.At}
 }

@@ -146,10 +146,16 @@ func TestTwoHostsWithTwoFiles(t *testing.T) {
 	second, err := b.StartExecution(ctx, "app", "task", nil)
 	require.NoError(t, err, "host b's file says 2: its start declares 2")
 	defer func() { _ = second.Complete(ctx) }()
-	info, err := b.Task(ctx, "app", "task")
-	require.NoError(t, err)
+	var info taskling.TaskDetail
+	require.Eventually(t, func() bool {
+		info, err = b.Task(ctx, "app", "task")
+		require.NoError(t, err)
+		return info.Disagreement != nil
+	}, 5*time.Second, 10*time.Millisecond, "the hosts' files disagree: the task says so")
 	require.Equal(t, 2, info.DeclaredLimit)
 	require.Equal(t, "host-b", info.DeclaredBy)
+	require.Equal(t, "host-a", info.Disagreement.OtherHost)
+	require.Equal(t, 1, info.Disagreement.OtherLimit)
 
 	write(t, pathA, "[applications.app.tasks.task]\nconcurrency_limit = 3\n")
 	require.Eventually(t, func() bool { return settings(t, srcA, "app", "task").ConcurrencyLimit == 3 }, 5*time.Second, 10*time.Millisecond)

@@ -14,6 +14,8 @@
 //	taskling_slots_limit{task}               limit in force, -1 unlimited (gauge, from the DB)
 //	taskling_waiting{task}                   live waiters queued for a slot (gauge, from the DB)
 //	taskling_oldest_wait_seconds{task}       how long the oldest of them has waited (gauge)
+//	taskling_limit_disagreement{task}        1 when hosts declared different limits in the
+//	                                         last 10 minutes (gauge, from the DB)
 //	taskling_blocks{task,status}             blocks by status of their latest attempt:
 //	                                         not_started, started, completed, failed, dead (gauge)
 //	taskling_blocks_at_retry_limit{task}     blocks no execution with the same options takes
@@ -54,6 +56,7 @@ type Metrics struct {
 	slotsLimit        *prometheus.Desc
 	waiting           *prometheus.Desc
 	oldestWait        *prometheus.Desc
+	disagreement      *prometheus.Desc
 	blocks            *prometheus.Desc
 	blocksAtLimit     *prometheus.Desc
 	scrapeErrors      prometheus.Counter
@@ -82,6 +85,8 @@ func New(client *taskling.Client) *Metrics {
 		slotsLimit: prometheus.NewDesc("taskling_slots_limit", "Concurrency limit in force, read from the database (-1 unlimited).", []string{"task"}, nil),
 		waiting:    prometheus.NewDesc("taskling_waiting", "Live WaitForSlot starts queued for a slot, read from the database (fleet-wide).", []string{"task"}, nil),
 		oldestWait: prometheus.NewDesc("taskling_oldest_wait_seconds", "How long the oldest queued waiter has waited (0 when none).", []string{"task"}, nil),
+		disagreement: prometheus.NewDesc("taskling_limit_disagreement", "1 when hosts declared different limits for the task in the last 10 minutes.",
+			[]string{"task"}, nil),
 		blocks: prometheus.NewDesc("taskling_blocks", "Blocks by the status of their latest attempt, read from the database (fleet-wide).",
 			[]string{"task", "status"}, nil),
 		blocksAtLimit: prometheus.NewDesc("taskling_blocks_at_retry_limit", "Blocks not completed, not running, past their retry limit.",
@@ -124,6 +129,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.slotsLimit
 	ch <- m.waiting
 	ch <- m.oldestWait
+	ch <- m.disagreement
 	ch <- m.blocks
 	ch <- m.blocksAtLimit
 }
@@ -148,6 +154,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				age = max(0, time.Since(t.OldestWaitSince).Seconds())
 			}
 			ch <- prometheus.MustNewConstMetric(m.oldestWait, prometheus.GaugeValue, age, name)
+			disagree := 0.0
+			if t.Disagreement != nil {
+				disagree = 1
+			}
+			ch <- prometheus.MustNewConstMetric(m.disagreement, prometheus.GaugeValue, disagree, name)
 		}
 	}
 	if counts, err := m.client.BlockCounts(ctx); err != nil {

@@ -177,3 +177,25 @@ func TestBlockGaugesCountBlocksByStatusAndAtTheirRetryLimit(t *testing.T) {
 	require.EqualValues(t, 2, metricValue(t, m, "taskling_blocks", status("dead")))
 	require.EqualValues(t, 3, metricValue(t, m, "taskling_blocks_at_retry_limit", task))
 }
+
+func TestLimitDisagreementGauge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	a, err := taskling.NewClient(pool, &taskling.Config{HostName: "a", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2}})
+	require.NoError(t, err)
+	t.Cleanup(a.Close)
+	b, err := taskling.NewClient(pool, &taskling.Config{HostName: "b", Defaults: taskling.TaskSettings{ConcurrencyLimit: 3}})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	m := tasklingprom.New(a)
+	task := map[string]string{"task": "app/task"}
+	e, err := a.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx))
+	require.EqualValues(t, 0, metricValue(t, m, "taskling_limit_disagreement", task))
+	e, err = b.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx))
+	require.Eventually(t, func() bool { return metricValue(t, m, "taskling_limit_disagreement", task) == 1 }, 5*time.Second, 10*time.Millisecond)
+}
