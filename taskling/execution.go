@@ -56,6 +56,7 @@ type Execution struct {
 	completeErr   error
 	lists         []*ListBlock     // list blocks whose buffered item statuses Complete writes
 	section       *CriticalSection // held, released by Complete
+	sectionWait   bool             // a CriticalSection call is waiting
 
 	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
 	// other transactions on the task) but a heartbeat that finds the execution ended is then

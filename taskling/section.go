@@ -27,7 +27,8 @@ type CriticalSection struct {
 }
 
 // CriticalSection waits up to timeout (0: until ctx ends) for the task's critical section,
-// after those already waiting on any host. A wait that times out leaves the queue at once; its
+// after those already waiting on any host; the wait also ends if the execution loses its lease
+// or completes. One at a time per execution (ErrSectionHeld). A wait that times out leaves the queue at once; its
 // error wraps ErrLimitReached and context.DeadlineExceeded. The section is released by Release,
 // by the execution's Complete, or when this process is judged dead (then its Context is
 // cancelled, like the execution's).
@@ -38,19 +39,37 @@ func (e *Execution) CriticalSection(ctx context.Context, timeout time.Duration) 
 	if err := e.blockWrite(); err != nil {
 		return nil, err
 	}
-	if e.heldSection() != nil {
+	e.mu.Lock()
+	busy := e.section != nil || e.sectionWait
+	e.sectionWait = !busy
+	e.mu.Unlock()
+	if busy {
 		return nil, fmt.Errorf("%w: execution %d", ErrSectionHeld, e.id)
 	}
+	defer func() {
+		e.mu.Lock()
+		e.sectionWait = false
+		e.mu.Unlock()
+	}()
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	// The wait ends too when the execution can no longer hold anything (its lease is lost, or it
+	// completed).
+	ctx, cancelWait := context.WithCancelCause(ctx)
+	defer cancelWait(nil)
+	stop := context.AfterFunc(e.ctx, func() { cancelWait(context.Cause(e.ctx)) })
+	defer stop()
 	settings := e.declared
 	settings.ConcurrencyLimit = 1
 	held, err := e.c.StartExecution(ctx, e.app, e.task+SectionSuffix, &StartOptions{WaitForSlot: true, section: &settings,
 		ReferenceValue: fmt.Sprintf("execution %d", e.id)})
 	if err != nil {
+		if e.ctx.Err() != nil && e.active() != nil {
+			return nil, fmt.Errorf("%w: execution %d completed while waiting for its critical section: %w", ErrExecutionCompleted, e.id, err)
+		}
 		if ctx.Err() != nil && !errors.Is(err, ErrLimitReached) { // timed out before queueing
 			return nil, fmt.Errorf("%w: critical section of %s/%s: %w", ErrLimitReached, e.app, e.task, err)
 		}

@@ -146,3 +146,36 @@ func TestACriticalSectionGrantedAfterItsExecutionCompletedIsGivenBack(t *testing
 	require.NoError(t, err, "the section was given back, not left held")
 	require.NoError(t, s3.Release(b.ctx))
 }
+
+func TestASectionWaitEndsWhenItsExecutionLosesItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(2))
+	holder := b.start(t, nil)
+	s, err := holder.CriticalSection(b.ctx, 0)
+	require.NoError(t, err)
+	short := newClient(t, b.pool, &taskling.Config{HostName: "short", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2,
+		DeathMode: taskling.DeathModeOverride, OverrideThreshold: 600 * time.Millisecond}})
+	e, err := short.StartExecution(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	began := time.Now()
+	_, err = e.CriticalSection(b.ctx, 20*time.Second)
+	require.ErrorIs(t, err, taskling.ErrLeaseLost, "an execution that cannot hold anything stops waiting")
+	require.Less(t, time.Since(began), 10*time.Second)
+	require.NoError(t, s.Release(b.ctx))
+}
+
+func TestOneCriticalSectionCallAtATimePerExecution(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(2))
+	holder, e := b.start(t, nil), b.start(t, nil)
+	s, err := holder.CriticalSection(b.ctx, 0)
+	require.NoError(t, err)
+	first := section(b.ctx, e, 5*time.Second)
+	require.Eventually(t, func() bool { return b.sectionWaiters(t) == 1 }, 5*time.Second, 5*time.Millisecond)
+	_, err = e.CriticalSection(b.ctx, time.Second)
+	require.ErrorIs(t, err, taskling.ErrSectionHeld, "a second call while the first waits")
+	require.NoError(t, s.Release(b.ctx))
+	got := <-first
+	require.NoError(t, got.err)
+	require.NoError(t, got.s.Release(b.ctx))
+}
