@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/georgysavva/scany/v2/pgxscan"
@@ -121,16 +123,202 @@ LEFT JOIN LATERAL (
     FROM ` + executionFrom + ` WHERE e.task_id = d.id ORDER BY e.started_at DESC, e.id DESC LIMIT 1
 ) l ON true`
 
-// ListTasks returns every task (of application app, unless app is ""), ordered by application
-// and task name.
-func (s *Store) ListTasks(ctx context.Context, app string) ([]TaskSummary, error) {
-	rows, err := s.pool.Query(ctx, summarySQL+` WHERE $1 = '' OR d.application_name = $1 ORDER BY d.application_name, d.task_name`, app)
-	if err != nil {
-		return nil, fmt.Errorf("execution: list tasks: %w", err)
+// Task list filters (TaskListQuery.Status).
+const (
+	TaskStatusBusy    = "busy"     // slots in use > 0
+	TaskStatusAtLimit = "at_limit" // a limited task with every slot in use
+	TaskStatusWaiting = "waiting"  // starts queued for a slot
+	TaskStatusIdle    = "idle"     // no slot in use and none waiting
+)
+
+// Task list orders (TaskListQuery.Sort).
+const (
+	TaskSortName = "name" // application, task name
+	TaskSortBusy = "busy" // at the limit first, then most slots in use, then most waiting, then name
+)
+
+// TaskKey is a task's place in a sort order: a page's first or last task, where the next page
+// (or the previous one) starts. AtLimit, Used and Waiting matter to TaskSortBusy only.
+type TaskKey struct {
+	AtLimit     bool
+	Used        int
+	Waiting     int
+	Application string
+	Task        string
+	ID          int64
+}
+
+// TaskListQuery selects a page of tasks. The zero value selects every task by name.
+type TaskListQuery struct {
+	Application string // "" all, else exactly this application
+	Search      string // "" all, else a case-insensitive substring of "application/task"
+	Status      string // "" all, else one of TaskStatusBusy, …
+	Sort        string // "" or TaskSortName, or TaskSortBusy
+	// After starts the page after this key; with Backward, the page before it.
+	After    *TaskKey
+	Backward bool
+	Limit    int // 0: every task
+}
+
+// TaskList is a page of tasks in the query's order.
+type TaskList struct {
+	Tasks []TaskSummary
+	// Keys are the tasks' places in the sort order (a cursor is made of one).
+	Keys []TaskKey
+	// More: tasks follow the page in the direction read (after it, or before it when Backward).
+	More bool
+	// Total counts the tasks matching the filters, on every page.
+	Total int
+	// Applications lists every application's name, filters aside.
+	Applications []string
+}
+
+// slotsSQL computes, per task d, the slots in use by live executions and the number of slots
+// (the limit in force, or the token list's when nothing was declared), as scanSummary does from
+// the token list and its possible holders: filters and sorts run in SQL.
+var slotsSQL = `
+SELECT CASE WHEN k.unlimited THEN (SELECT count(*) FROM ` + executionFrom + ` WHERE e.id IN ` + possibleHoldersSQL + ` AND ` + holdsSQL + `)
+            ELSE (SELECT count(*) FROM ` + executionFrom + ` JOIN unnest(k.grantees) g(id) ON g.id = e.id WHERE ` + holdsSQL + `) END AS used,
+       CASE WHEN d.concurrency_limit IS NOT NULL THEN d.concurrency_limit
+            WHEN d.declared_limit IS NOT NULL THEN d.declared_limit
+            WHEN k.unlimited THEN -1 ELSE k.sized END AS total
+FROM (SELECT coalesce(bool_and(t.s = '3') AND count(*) = 1, false) AS unlimited,
+             count(*) FILTER (WHERE t.s IN ('0', '1')) AS sized,
+             coalesce(array_agg(t.g) FILTER (WHERE t.s IN ('0', '2') AND t.g <> 0), '{}') AS grantees
+      FROM (SELECT (regexp_match(x, 'S:([0-9])'))[1] AS s, (regexp_match(x, 'G:([0-9]+)'))[1]::bigint AS g
+            FROM unnest(string_to_array(nullif(d.tokens, ''), '|')) x) t) k`
+
+// taskFilterSQL selects the tasks matching the filters ($1 application, $2 search, $3 status)
+// with their sort keys, as CTE m.
+var taskFilterSQL = `
+WITH r AS MATERIALIZED (
+    SELECT d.id, d.application_name, d.task_name, k.used::int AS used, k.total::int AS total,
+        w.waiting::int AS waiting, k.total > 0 AND k.used >= k.total AS at_limit
+    FROM taskling.task_definition d
+    CROSS JOIN LATERAL (` + slotsSQL + `) k
+    CROSS JOIN LATERAL (` + liveTicketsSQL + `) w
+    WHERE ($1 = '' OR d.application_name = $1)
+      AND ($2 = '' OR strpos(lower(d.application_name || '/' || d.task_name), lower($2)) > 0)
+), m AS (
+    SELECT * FROM r WHERE CASE $3
+        WHEN '` + TaskStatusBusy + `' THEN r.used > 0
+        WHEN '` + TaskStatusAtLimit + `' THEN r.at_limit
+        WHEN '` + TaskStatusWaiting + `' THEN r.waiting > 0
+        WHEN '` + TaskStatusIdle + `' THEN r.used = 0 AND r.waiting = 0
+        ELSE true END
+)`
+
+// taskNamesSQL is taskFilterSQL for a query that neither filters nor sorts by state: the slots
+// and waiters are then read for the page's tasks only (by summarySQL), not for every task.
+const taskNamesSQL = `
+WITH m AS (
+    SELECT d.id, d.application_name, d.task_name, 0 AS used, 0 AS waiting, false AS at_limit
+    FROM taskling.task_definition d
+    WHERE ($1 = '' OR d.application_name = $1)
+      AND ($2 = '' OR strpos(lower(d.application_name || '/' || d.task_name), lower($2)) > 0)
+      AND $3 = ''
+)`
+
+// ListTasks returns a page of the tasks q selects in its order, with their count and every
+// application's name. Pages are read by key (the sort key and the task id), so tasks created
+// between pages neither repeat nor push others out of the next page.
+func (s *Store) ListTasks(ctx context.Context, q TaskListQuery) (TaskList, error) {
+	// The sort key's columns, all ascending (TaskSortBusy: at the limit first, then the most
+	// slots used, then the most waiting), and the cursor's values for them.
+	cols := []string{"p.application_name", "p.task_name", "p.id"}
+	types := []string{"text", "text", "bigint"}
+	args := []any{q.Application, q.Search, q.Status}
+	var vals []any
+	if k := q.After; k != nil {
+		vals = []any{k.Application, k.Task, k.ID}
 	}
-	out, err := pgx.CollectRows(rows, scanSummary)
+	switch q.Sort {
+	case "", TaskSortName:
+	case TaskSortBusy:
+		cols = append([]string{"(CASE WHEN p.at_limit THEN 0 ELSE 1 END)", "-p.used", "-p.waiting"}, cols...)
+		types = append([]string{"int", "int", "int"}, types...)
+		if k := q.After; k != nil {
+			atLimit := 1
+			if k.AtLimit {
+				atLimit = 0
+			}
+			vals = append([]any{atLimit, -k.Used, -k.Waiting}, vals...)
+		}
+	default:
+		return TaskList{}, fmt.Errorf("execution: list tasks: unknown sort %q", q.Sort)
+	}
+	switch q.Status {
+	case "", TaskStatusBusy, TaskStatusAtLimit, TaskStatusWaiting, TaskStatusIdle:
+	default:
+		return TaskList{}, fmt.Errorf("execution: list tasks: unknown status filter %q", q.Status)
+	}
+	where := "true"
+	if vals != nil {
+		params := make([]string, len(vals))
+		for i, v := range vals {
+			args = append(args, v)
+			params[i] = fmt.Sprintf("$%d::%s", len(args), types[i])
+		}
+		op := ">"
+		if q.Backward {
+			op = "<"
+		}
+		where = "(" + strings.Join(cols, ", ") + ") " + op + " (" + strings.Join(params, ", ") + ")"
+	}
+	order := strings.Join(cols, ", ")
+	if q.Backward {
+		order = strings.Join(cols, " DESC, ") + " DESC"
+	}
+	limit := "ALL"
+	if q.Limit > 0 {
+		limit = fmt.Sprint(q.Limit + 1)
+	}
+	filterSQL := taskFilterSQL
+	if q.Status == "" && q.Sort != TaskSortBusy {
+		filterSQL = taskNamesSQL
+	}
+	// The summaries (liveness of holders, newest execution) are read for the page's tasks only.
+	sql := filterSQL + `, page AS (
+    SELECT * FROM m p WHERE ` + where + ` ORDER BY ` + order + ` LIMIT ` + limit + `
+)
+SELECT p.at_limit, p.used, (SELECT count(*) FROM m)::int, s.*
+FROM page p
+CROSS JOIN LATERAL (` + summarySQL + ` WHERE d.id = p.id) s
+ORDER BY ` + order
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("execution: list tasks: %w", err)
+		return TaskList{}, fmt.Errorf("execution: list tasks: %w", err)
+	}
+	var out TaskList
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		var k TaskKey
+		t, err := scanSummaryWith(row, &k.AtLimit, &k.Used, &out.Total)
+		if err != nil {
+			return struct{}{}, err
+		}
+		k.Waiting, k.Application, k.Task, k.ID = t.Waiting, t.Application, t.Task, t.ID
+		out.Tasks = append(out.Tasks, t)
+		out.Keys = append(out.Keys, k)
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return TaskList{}, fmt.Errorf("execution: list tasks: %w", err)
+	}
+	if q.Limit > 0 && len(out.Tasks) > q.Limit {
+		out.Tasks, out.Keys, out.More = out.Tasks[:q.Limit], out.Keys[:q.Limit], true
+	}
+	if q.Backward {
+		slices.Reverse(out.Tasks)
+		slices.Reverse(out.Keys)
+	}
+	if len(out.Tasks) == 0 && q.After != nil {
+		// An empty page past the end: the tasks matching the filters are counted still.
+		if err := s.pool.QueryRow(ctx, filterSQL+` SELECT count(*) FROM m`, args[:3]...).Scan(&out.Total); err != nil {
+			return TaskList{}, fmt.Errorf("execution: count tasks: %w", err)
+		}
+	}
+	if err := pgxscan.Select(ctx, s.pool, &out.Applications, `SELECT DISTINCT application_name FROM taskling.task_definition ORDER BY 1`); err != nil {
+		return TaskList{}, fmt.Errorf("execution: list applications: %w", err)
 	}
 	return out, nil
 }
@@ -151,7 +339,10 @@ func (s *Store) TaskSummary(ctx context.Context, app, task string) (TaskSummary,
 	return out[0], true, nil
 }
 
-func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
+func scanSummary(row pgx.CollectableRow) (TaskSummary, error) { return scanSummaryWith(row) }
+
+// scanSummaryWith scans a summary row after the leading columns into lead.
+func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
 	var (
 		t          TaskSummary
 		tokenText  string
@@ -165,10 +356,10 @@ func scanSummary(row pgx.CollectableRow) (TaskSummary, error) {
 		dBy        *string
 		dAt        *time.Time
 	)
-	err := row.Scan(&t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
+	err := row.Scan(append(lead, &t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
-		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)
+		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)...)
 	if err != nil {
 		return t, err
 	}

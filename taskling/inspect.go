@@ -1,7 +1,9 @@
 package taskling
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,33 +130,168 @@ type Holder struct {
 	ItemsTotal    int64
 }
 
-// TaskFilter selects tasks. A nil *TaskFilter selects every task.
+// TaskStatusFilter keeps the tasks in one state (TaskFilter.Status).
+type TaskStatusFilter string
+
+const (
+	// TaskBusy: at least one slot in use.
+	TaskBusy TaskStatusFilter = "busy"
+	// TaskAtLimit: a limited task with every slot in use (slots used ≥ the limit).
+	TaskAtLimit TaskStatusFilter = "at_limit"
+	// TaskWaiting: starts are queued for a slot.
+	TaskWaiting TaskStatusFilter = "waiting"
+	// TaskIdle: no slot in use and no start waiting.
+	TaskIdle TaskStatusFilter = "idle"
+)
+
+// TaskSort orders the tasks (TaskFilter.Sort).
+type TaskSort string
+
+const (
+	// TaskSortName: by application, then task name (the default).
+	TaskSortName TaskSort = "name"
+	// TaskSortBusy: the tasks at their limit first, then the most slots in use, then the most
+	// starts waiting, then by name.
+	TaskSortBusy TaskSort = "busy"
+)
+
+// MaxTasksPage is the largest TaskFilter.Limit.
+const MaxTasksPage = 500
+
+// TaskFilter selects tasks, and a page of them. A nil *TaskFilter selects every task, ordered by
+// application and task name; so does the zero TaskFilter.
 type TaskFilter struct {
 	// Application keeps only this application's tasks ("" = all).
 	Application string
+	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all).
+	Search string
+	// Status keeps only the tasks in this state ("" = all).
+	Status TaskStatusFilter
+	// Sort orders the tasks ("" = TaskSortName).
+	Sort TaskSort
+	// Limit is the page size, 1 to MaxTasksPage; 0 means every matching task on one page.
+	Limit int
+	// Cursor starts the page where the one that returned it as NextCursor (or PrevCursor) ends
+	// ("" = the first page). It holds the sort key, so pages neither repeat nor skip tasks when
+	// tasks are created between them; it must be used with the same Sort.
+	Cursor string
 }
 
-// TaskPage is the result of Tasks: tasks ordered by application and task name.
+// TaskPage is the result of Tasks: a page of the tasks in the filter's order.
 type TaskPage struct {
 	Tasks []TaskInfo
+	// NextCursor reads the next page ("" on the last page); PrevCursor the previous one (""
+	// on the first page).
+	NextCursor string
+	PrevCursor string
+	// Total counts the tasks matching the filter, on every page.
+	Total int
+	// Applications lists every application's name, whatever the filter.
+	Applications []string
 }
 
-// Tasks returns the tasks filter selects.
+// taskCursor is what a TaskPage cursor holds: the key of a page's last task (first task, when
+// Back) in sort order Sort.
+type taskCursor struct {
+	Sort    TaskSort `json:"s"`
+	Back    bool     `json:"b,omitempty"`
+	AtLimit bool     `json:"l,omitempty"`
+	Used    int      `json:"u,omitempty"`
+	Waiting int      `json:"w,omitempty"`
+	App     string   `json:"a"`
+	Task    string   `json:"t"`
+	ID      int64    `json:"i"`
+}
+
+func encodeTaskCursor(sort TaskSort, back bool, k execution.TaskKey) string {
+	b, _ := json.Marshal(taskCursor{Sort: sort, Back: back, AtLimit: k.AtLimit, Used: k.Used, Waiting: k.Waiting, App: k.Application, Task: k.Task, ID: k.ID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeTaskCursor(s string, sort TaskSort) (taskCursor, error) {
+	var c taskCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&c)
+	}
+	if err != nil || c.ID < 1 {
+		return c, fmt.Errorf("%w: TaskFilter.Cursor %q is not a cursor Tasks returned", ErrInvalidArgument, truncateText(s, 64))
+	}
+	if c.Sort != sort {
+		return c, fmt.Errorf("%w: TaskFilter.Cursor was returned for sort %q, not %q", ErrInvalidArgument, c.Sort, sort)
+	}
+	return c, nil
+}
+
+func truncateText(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// Tasks returns the tasks filter selects, a page of them when filter.Limit is set, with how many
+// match and every application's name. Filtering, sorting and paging run in the database.
 func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error) {
-	var app string
-	if filter != nil && filter.Application != "" {
-		if err := validateName("TaskFilter.Application", filter.Application); err != nil {
+	var f TaskFilter
+	if filter != nil {
+		f = *filter
+	}
+	if f.Application != "" {
+		if err := validateName("TaskFilter.Application", f.Application); err != nil {
 			return TaskPage{}, err
 		}
-		app = filter.Application
 	}
-	sums, err := c.store.ListTasks(ctx, app)
+	switch f.Status {
+	case "", TaskBusy, TaskAtLimit, TaskWaiting, TaskIdle:
+	default:
+		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Status %q is not one of busy, at_limit, waiting, idle", ErrInvalidArgument, f.Status)
+	}
+	switch f.Sort {
+	case "":
+		f.Sort = TaskSortName
+	case TaskSortName, TaskSortBusy:
+	default:
+		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Sort %q is not one of name, busy", ErrInvalidArgument, f.Sort)
+	}
+	if f.Limit < 0 || f.Limit > MaxTasksPage {
+		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Limit is %d; want 0 (every task) or 1 to %d", ErrInvalidArgument, f.Limit, MaxTasksPage)
+	}
+	q := execution.TaskListQuery{Application: f.Application, Search: f.Search, Status: string(f.Status), Sort: string(f.Sort), Limit: f.Limit}
+	if f.Cursor != "" {
+		if f.Limit == 0 {
+			return TaskPage{}, fmt.Errorf("%w: TaskFilter.Cursor needs a TaskFilter.Limit", ErrInvalidArgument)
+		}
+		cur, err := decodeTaskCursor(f.Cursor, f.Sort)
+		if err != nil {
+			return TaskPage{}, err
+		}
+		q.After = &execution.TaskKey{AtLimit: cur.AtLimit, Used: cur.Used, Waiting: cur.Waiting, Application: cur.App, Task: cur.Task, ID: cur.ID}
+		q.Backward = cur.Back
+	}
+	list, err := c.store.ListTasks(ctx, q)
 	if err != nil {
 		return TaskPage{}, err
 	}
-	page := TaskPage{Tasks: make([]TaskInfo, len(sums))}
-	for i, s := range sums {
+	page := TaskPage{Tasks: make([]TaskInfo, len(list.Tasks)), Total: list.Total, Applications: list.Applications}
+	for i, s := range list.Tasks {
 		page.Tasks[i] = taskInfoOf(s)
+	}
+	if n := len(list.Keys); n > 0 && f.Limit > 0 {
+		// Read forward, More says a next page follows; read backward, that a previous one does.
+		// The other way, a page follows whenever a cursor led here.
+		hasNext, hasPrev := list.More, q.After != nil
+		if q.Backward {
+			hasNext, hasPrev = true, list.More
+		}
+		if hasNext {
+			page.NextCursor = encodeTaskCursor(f.Sort, false, list.Keys[n-1])
+		}
+		if hasPrev {
+			page.PrevCursor = encodeTaskCursor(f.Sort, true, list.Keys[0])
+		}
 	}
 	return page, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,23 +14,7 @@ import (
 
 func newTasksCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{Use: "tasks", Short: "List tasks, show their slots, set or clear operator overrides"}
-	cmd.AddCommand(&cobra.Command{
-		Use:   "list",
-		Short: "Every task: limit in force and its source, slots used/total, starts waiting for a slot, last execution",
-		Args:  exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				tasks, err := httpapi.LoadTasks(ctx, c)
-				if err != nil {
-					return err
-				}
-				if e.output == "json" {
-					return printJSON(e.stdout, map[string]any{"tasks": tasks})
-				}
-				return printTasks(e, tasks)
-			})
-		},
-	}, &cobra.Command{
+	cmd.AddCommand(newTasksListCommand(e), &cobra.Command{
 		Use:   "show APP/TASK",
 		Short: "One task and each slot: holder execution, host, heartbeat age, alive/dead, fence",
 		Args:  exactArgs(1, "one argument, APP/TASK"),
@@ -62,6 +47,55 @@ func newTasksCommand(e *env) *cobra.Command {
 			})
 		},
 	})
+	return cmd
+}
+
+func newTasksListCommand(e *env) *cobra.Command {
+	var f struct{ q, app, status, sort, cursor string }
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list [--q TEXT] [--app APP] [--status busy|at_limit|waiting|idle] [--sort name|busy] [--limit N] [--cursor C]",
+		Short: "Tasks: limit in force and its source, slots used/total, starts waiting for a slot, last execution",
+		Long: `List the tasks, a page at a time (--limit, 50 by default), filtered and sorted like
+GET /api/v1/tasks: --q keeps the tasks whose APP/TASK contains the text (ignoring case), --app
+one application's, --status the busy (a slot in use), at_limit (every slot in use), waiting
+(starts queued for a slot) or idle ones; --sort busy puts the tasks at their limit first, then
+the busiest. When more tasks follow, the last line gives the --cursor that lists them.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			values := map[string]string{"q": f.q, "app": f.app, "status": f.status, "sort": f.sort, "limit": fmt.Sprint(limit), "cursor": f.cursor}
+			q, field, err := httpapi.ParseTasksQuery(func(k string) string { return values[k] })
+			if err != nil {
+				return usageErrorf("--%s: %v", field, err)
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				list, err := httpapi.LoadTasks(ctx, c, q)
+				if errors.Is(err, taskling.ErrInvalidArgument) && q.Cursor != "" {
+					return usageErrorf("--cursor: %v", err)
+				}
+				if err != nil {
+					return err
+				}
+				if e.output == "json" {
+					return printJSON(e.stdout, list)
+				}
+				if err := printTasks(e, list.Tasks); err != nil {
+					return err
+				}
+				if list.NextCursor != nil {
+					_, err = fmt.Fprintf(e.stdout, "\n%d of %d tasks shown; the next ones: --cursor %s\n", len(list.Tasks), list.Total, *list.NextCursor)
+				}
+				return err
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.q, "q", "", "keep the tasks whose APP/TASK contains this text, ignoring case")
+	fl.StringVar(&f.app, "app", "", "keep this application's tasks")
+	fl.StringVar(&f.status, "status", "", "keep the tasks that are busy, at_limit, waiting or idle")
+	fl.StringVar(&f.sort, "sort", "name", "order: name, or busy (at the limit first, then the most slots used, then the most waiting)")
+	fl.IntVar(&limit, "limit", httpapi.DefaultTasksPage, fmt.Sprintf("tasks per page, 1 to %d", httpapi.MaxTasksPage))
+	fl.StringVar(&f.cursor, "cursor", "", "list the page after the one that printed this cursor")
 	return cmd
 }
 

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/dashboard"
@@ -63,16 +64,8 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	browser := chromium(t)
 	ctx := context.Background()
 
-	pool, _ := pgtest.NewDB(t)
-	s := fast
-	s.ConcurrencyLimit = 1
-	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
-	require.NoError(t, err)
-	t.Cleanup(client.Close)
-	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: 250 * time.Millisecond})
-	require.NoError(t, err)
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+	_, client, srv := serveDashboard(t, 1)
+	var err error
 
 	// History to look at: a completed import, a completed export, then a running export that
 	// advances its progress, and a start denied by the limit.
@@ -421,6 +414,127 @@ func TestBlocksInARealBrowser(t *testing.T) {
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
 }
 
+// TestTaskTimelineInARealBrowser opens the task page of a task with two slots whose holders the
+// test started and completed over the last hour (their times moved back on the database), one of
+// them failed, one reclaimed from a dead holder, and a start denied: Chromium draws a bar per
+// holder in the slot timeline, the reclaim marked, and the per-minute chart of grants, denials and
+// reclaims. TASKLING_UPDATE_SCREENSHOT=1 writes docs/task-timeline.png.
+func TestTaskTimelineInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+
+	pool, _ := pgtest.NewDB(t)
+	s := taskling.TaskSettings{ConcurrencyLimit: 2, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: 20 * time.Second}
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: 2 * time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	// Ten finished runs, moved back so that they spread over the hour: each starts 5 minutes
+	// after the previous and lasts 7, so two slots are in use at times.
+	var finished []int64
+	for i := range 10 {
+		e, err := client.StartExecution(ctx, "reports", "nightly", nil)
+		require.NoError(t, err)
+		if i == 6 {
+			require.NoError(t, e.RecordError(ctx, "upstream timed out", true))
+		}
+		require.NoError(t, e.Complete(ctx))
+		ago := time.Duration(55-5*i) * time.Minute
+		_, err = pool.Exec(ctx, `UPDATE taskling.task_execution SET started_at = now() - $2::interval WHERE id = $1`, e.ID(), ago)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `UPDATE taskling.execution_end SET ended_at = now() - $2::interval WHERE execution_id = $1`, e.ID(), ago-7*time.Minute)
+		require.NoError(t, err)
+		finished = append(finished, e.ID())
+	}
+	// One running holder; another, in Override mode, dies (no heartbeat), a start is denied while
+	// it holds the second slot, and the next start reclaims it.
+	running, err := client.StartExecution(ctx, "reports", "nightly", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = running.Complete(context.Background()) })
+	silent, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-2", Defaults: taskling.TaskSettings{
+		ConcurrencyLimit: 2, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 500 * time.Millisecond}})
+	require.NoError(t, err)
+	t.Cleanup(silent.Close)
+	dead, err := silent.StartExecution(ctx, "reports", "nightly", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = dead.Complete(context.Background()) })
+	_, err = client.StartExecution(ctx, "reports", "nightly", nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	time.Sleep(600 * time.Millisecond)
+	reclaimer, err := client.StartExecution(ctx, "reports", "nightly", nil)
+	require.NoError(t, err, "the dead holder's slot is reclaimed")
+	t.Cleanup(func() { _ = reclaimer.Complete(context.Background()) })
+
+	bctx := openBrowser(t, browser, 30*time.Second)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login?next=tasks/reports/nightly"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#slot-timeline`)),
+		chromedp.WaitVisible(chromedp.CSS(`#rate-chart`)),
+	))
+	// Read in one script run: the auto-refresh replaces the page's content now and then.
+	type drawn struct {
+		Bars      []string `json:"bars"`
+		Classes   []string `json:"classes"`
+		Links     []string `json:"links"`
+		Reclaims  []string `json:"reclaims"`
+		Lanes     int      `json:"lanes"`
+		Rates     int      `json:"rates"`
+		Series    []string `json:"series"`
+		BarWidth  float64  `json:"barWidth"`
+		Tooltip   string   `json:"tooltip"`
+		ChartText string   `json:"chartText"`
+	}
+	got, err := chromedp.Run(bctx, chromedp.Evaluate[drawn](`(function () {
+		var q = function (s) { return Array.prototype.slice.call(document.querySelectorAll(s)); };
+		var bars = q('#slot-timeline rect.bar');
+		var series = {};
+		q('#rate-chart rect.rate').forEach(function (r) { series[r.classList[1]] = true; });
+		return {
+			bars: bars.map(function (r) { return r.getAttribute('data-execution'); }),
+			classes: bars.map(function (r) { return r.getAttribute('class'); }),
+			links: q('#slot-timeline a').map(function (a) { return a.getAttribute('href'); }),
+			reclaims: q('#slot-timeline path.reclaim-mark').map(function (p) { return p.id; }),
+			lanes: q('#slot-timeline rect.lane').length,
+			rates: q('#rate-chart rect.rate').length,
+			series: Object.keys(series).sort(),
+			barWidth: document.getElementById('bar-' + `+strconv.FormatInt(finished[0], 10)+`).getBoundingClientRect().width,
+			tooltip: document.querySelector('#bar-`+strconv.FormatInt(dead.ID(), 10)+` title').textContent,
+			chartText: document.getElementById('rate-totals').innerText
+		};
+	})()`))
+	require.NoError(t, err)
+	want := []string{}
+	for _, id := range append(finished, running.ID(), dead.ID(), reclaimer.ID()) {
+		want = append(want, strconv.FormatInt(id, 10))
+	}
+	require.ElementsMatch(t, want, got.Bars, "a bar per holder; none for the denied start")
+	require.Contains(t, got.Links, "../../executions/"+strconv.FormatInt(finished[0], 10))
+	require.Contains(t, got.Classes, "bar failed")
+	require.Contains(t, got.Classes, "bar dead reclaimed")
+	require.Contains(t, got.Classes, "bar in_progress")
+	require.Equal(t, []string{"reclaim-" + strconv.FormatInt(dead.ID(), 10)}, got.Reclaims)
+	require.Equal(t, 2, got.Lanes, "a lane per slot")
+	require.Greater(t, got.BarWidth, 50.0, "a 7-minute run is a long bar")
+	require.Contains(t, got.Tooltip, "on worker-2")
+	require.Contains(t, got.Tooltip, "reclaimed")
+	require.Equal(t, []string{"denials", "grants", "reclaims"}, got.Series)
+	require.Greater(t, got.Rates, 10)
+	require.Contains(t, got.ChartText, "13 granted")
+	require.Contains(t, got.ChartText, "1 denied")
+	require.Contains(t, got.ChartText, "1 reclaimed")
+	screenshot(t, bctx, "task-timeline.png")
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
 // text is the visible text of the first element matching the CSS selector, read in one script
 // run: the auto-refresh may replace the element between a query and a read in two steps.
 func text(t *testing.T, ctx context.Context, selector string) string {
@@ -452,4 +566,117 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join("..", "..", "docs", name), png, 0o644))
+}
+
+// TestTaskListInARealBrowser pages through 120 tasks in headless Chromium: the search box with
+// the application filter, the status filter, next and previous pages grouped by application,
+// all kept by the auto-refresh.
+func TestTaskListInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+
+	pool, client, srv := serveDashboard(t, 2)
+	var err error
+
+	// alpha, beta and gamma with job-000 … job-039 each; beta/job-007 runs.
+	_, err = pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name, declared_limit, declared_by)
+SELECT app, 'job-' || lpad(i::text, 3, '0'), 2, 'seed' FROM unnest(array['alpha', 'beta', 'gamma']) app, generate_series(0, 39) i`)
+	require.NoError(t, err)
+	running, err := client.StartExecution(ctx, "beta", "job-007", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = running.Complete(context.Background()) })
+
+	bctx := openBrowser(t, browser, 45*time.Second)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
+	))
+	rows := func() int {
+		n, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("table.tasks tbody tr:not(.group)").length`))
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, 50, rows(), "the first page")
+	require.Equal(t, "120 tasks", text(t, bctx, `#task-count`))
+
+	// Search within one application.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS(`#filter-q`), "JOB-01"),
+		chromedp.SetValue(chromedp.CSS(`#filter-app`), "beta"),
+		chromedp.Click(chromedp.CSS(`#filter-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#filter-clear`)),
+	))
+	require.Equal(t, "10 tasks match", text(t, bctx, `#task-count`))
+	list := text(t, bctx, `table.tasks tbody`)
+	require.Contains(t, list, "beta/job-010")
+	require.Contains(t, list, "beta/job-019")
+	require.NotContains(t, list, "alpha/")
+	require.Equal(t, 10, rows())
+
+	// The status filter: a changed select submits the form by itself (SetValue fires "change").
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#filter-status`)),
+		chromedp.SetValue(chromedp.CSS(`#filter-status`), "busy"),
+		chromedp.WaitVisible(chromedp.CSS(`#filter-clear`)),
+	))
+	require.Equal(t, "1 task matches", text(t, bctx, `#task-count`), "the busy tasks only")
+	require.Contains(t, text(t, bctx, `table.tasks tbody`), "beta/job-007")
+
+	// Page forward through every task: page 2 is beta/job-010 … gamma/job-019, in two groups.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#next-page`)),
+		chromedp.Click(chromedp.CSS(`#next-page`)),
+		chromedp.WaitVisible(chromedp.CSS(`#prev-page`)),
+	))
+	check := func() {
+		t.Helper()
+		list := text(t, bctx, `table.tasks tbody`)
+		require.Contains(t, list, "beta/job-010")
+		require.Contains(t, list, "gamma/job-019")
+		require.NotContains(t, list, "beta/job-009")
+		require.NotContains(t, list, "gamma/job-020")
+		require.Equal(t, 50, rows())
+		groups, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("table.tasks tr.group").length`))
+		require.NoError(t, err)
+		require.Equal(t, 2, groups, "grouped by application")
+	}
+	check()
+	// The auto-refresh keeps the page.
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("refresh-status").textContent.indexOf("updated") === 0`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the page refreshes")
+	check()
+	screenshot(t, bctx, "dashboard-task-list.png")
+
+	// And back.
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(`#prev-page`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#prev-page`)),
+	))
+	require.Contains(t, text(t, bctx, `table.tasks tbody`), "alpha/job-000")
+	require.Equal(t, 50, rows())
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
+// serveDashboard serves the dashboard of a client ("worker-1", the fast settings at limit) on a
+// fresh database, signed in with token.
+func serveDashboard(t *testing.T, limit int) (*pgxpool.Pool, *taskling.Client, *httptest.Server) {
+	t.Helper()
+	pool, _ := pgtest.NewDB(t)
+	s := fast
+	s.ConcurrencyLimit = limit
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: s})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, RefreshInterval: 250 * time.Millisecond})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return pool, client, srv
 }

@@ -128,14 +128,77 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	_, _ = buf.WriteTo(w)
 }
 
+// dashboardData is the tasks list page's data: the filters as asked, a page of tasks (each row
+// opening its application's group when sorted by name) and the links to the pages around it.
+type dashboardData struct {
+	Query        TasksQuery
+	Rows         []dashboardRow
+	Total        int
+	Applications []string
+	Statuses     []string
+	Sorts        []string
+	// Filtered: a filter is set (an empty page then says no task matches, not that none exist).
+	Filtered bool
+	// NextURL and PrevURL are the next and previous pages' query strings ("" if none).
+	NextURL, PrevURL string
+}
+
+type dashboardRow struct {
+	Task
+	Group string // the application, on the first row of its group; "" on the others
+}
+
 func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
-	tasks, err := LoadTasks(r.Context(), h.client)
+	q, _, err := ParseTasksQuery(r.URL.Query().Get)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	list, err := LoadTasks(r.Context(), h.client, q)
+	if errors.Is(err, taskling.ErrInvalidArgument) && q.Cursor != "" {
+		http.Error(w, "cursor: "+err.Error(), http.StatusBadRequest)
+		return
+	}
 	if err != nil {
 		h.pageError(w, r, err)
 		return
 	}
+	data := dashboardData{
+		Query: q, Total: list.Total, Applications: list.Applications,
+		Statuses: []string{string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle)},
+		Sorts:    []string{string(taskling.TaskSortName), string(taskling.TaskSortBusy)},
+		Filtered: q.Search != "" || q.App != "" || q.Status != "",
+	}
+	group := ""
+	for i, t := range list.Tasks {
+		row := dashboardRow{Task: t}
+		if q.Sort != string(taskling.TaskSortBusy) && (i == 0 || t.Application != group) {
+			row.Group, group = t.Application, t.Application
+		}
+		data.Rows = append(data.Rows, row)
+	}
+	link := func(cursor string) string {
+		v := url.Values{}
+		for k, val := range map[string]string{"q": q.Search, "app": q.App, "status": q.Status, "sort": q.Sort, "cursor": cursor} {
+			if val != "" {
+				v.Set(k, val)
+			}
+		}
+		if r.URL.Query().Get("limit") != "" {
+			v.Set("limit", fmt.Sprint(q.Limit))
+		}
+		return "?" + v.Encode()
+	}
+	if list.NextCursor != nil {
+		data.NextURL = link(*list.NextCursor)
+	}
+	if list.PrevCursor != "" {
+		data.PrevURL = link(list.PrevCursor)
+	} else if q.Cursor != "" && len(list.Tasks) == 0 {
+		data.PrevURL = link("") // past the end: back to the first page
+	}
 	p := h.basePage(r, "Tasks")
-	p.Data = tasks
+	p.Data = data
 	h.render(w, r, http.StatusOK, "dashboard", p)
 }
 
@@ -148,6 +211,8 @@ type taskPageData struct {
 	Submissions []submissionRow
 	MoreWaiting bool
 	Blocks      taskBlocks
+	// Timeline: the last hour's slot use and grants / denials / reclaims per minute (timeline.go).
+	Timeline timelineView
 }
 
 // submissionRow is a submission as a page shows it.
@@ -177,6 +242,11 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
+	timeline, err := loadTimeline(r.Context(), h.client, app, task, t.Task.Limit)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
 	execs, err := LoadExecutions(r.Context(), h.client, ExecutionsQuery{App: app, Task: task, Limit: recentOnTaskPage})
 	if err != nil {
 		h.pageError(w, r, err)
@@ -193,7 +263,7 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
-	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks}
+	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline}
 	for _, group := range [][]taskling.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})

@@ -206,12 +206,22 @@ func taskName(r *http.Request) (app, task, field string, err error) {
 }
 
 func (h *Handler) listTasks(w http.ResponseWriter, r *http.Request) {
-	tasks, err := LoadTasks(r.Context(), h.client)
+	q, field, err := ParseTasksQuery(r.URL.Query().Get)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	tasks, err := LoadTasks(r.Context(), h.client, q)
+	if errors.Is(err, taskling.ErrInvalidArgument) && q.Cursor != "" {
+		// The other parameters are checked above: the cursor is what is wrong.
+		writeError(w, http.StatusBadRequest, "cursor", err.Error())
+		return
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": tasks})
+	writeJSON(w, http.StatusOK, tasks)
 }
 
 func (h *Handler) getTask(w http.ResponseWriter, r *http.Request) {

@@ -14,15 +14,92 @@ import (
 // MaxPageSize is the largest page of executions served.
 const MaxPageSize = taskling.MaxExecutionsPage
 
-// LoadTasks returns every task.
-func LoadTasks(ctx context.Context, c *taskling.Client) ([]Task, error) {
-	page, err := c.Tasks(ctx, nil)
-	if err != nil {
-		return nil, err
+// MaxTasksPage is the largest page of tasks served; DefaultTasksPage the page size when the
+// request gives none.
+const (
+	MaxTasksPage     = taskling.MaxTasksPage
+	DefaultTasksPage = 50
+)
+
+// TasksQuery selects a page of tasks (GET /api/v1/tasks, the dashboard, `tasks list`).
+type TasksQuery struct {
+	Search string // q: case-insensitive substring of "app/task"
+	App    string // exact application
+	Status string // busy, at_limit, waiting, idle
+	Sort   string // name (default), busy
+	Limit  int    // 1 to MaxTasksPage; 0 every task
+	Cursor string // a next_cursor
+}
+
+// Filter is the query as a taskling.TaskFilter.
+func (q TasksQuery) Filter() *taskling.TaskFilter {
+	return &taskling.TaskFilter{Application: q.App, Search: q.Search, Status: taskling.TaskStatusFilter(q.Status),
+		Sort: taskling.TaskSort(q.Sort), Limit: q.Limit, Cursor: q.Cursor}
+}
+
+// ParseTasksQuery reads q, app, status, sort, limit and cursor from URL query values; field
+// names the bad one.
+func ParseTasksQuery(get func(string) string) (q TasksQuery, field string, err error) {
+	q.Limit = DefaultTasksPage
+	q.Search = get("q")
+	if len(q.Search) > 200 {
+		return q, "q", fmt.Errorf("q is %d bytes long; at most 200", len(q.Search))
 	}
-	out := make([]Task, len(page.Tasks))
+	if s := get("app"); s != "" {
+		if err := taskling.ValidateName("application name", s); err != nil {
+			return q, "app", err
+		}
+		q.App = s
+	}
+	switch s := get("status"); s {
+	case "", string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle):
+		q.Status = s
+	default:
+		return q, "status", fmt.Errorf("status %q is not one of busy, at_limit, waiting, idle", s)
+	}
+	switch s := get("sort"); s {
+	case "", string(taskling.TaskSortName), string(taskling.TaskSortBusy):
+		q.Sort = s
+	default:
+		return q, "sort", fmt.Errorf("sort %q is not one of name, busy", s)
+	}
+	if s := get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxTasksPage {
+			return q, "limit", fmt.Errorf("limit %q: want an integer from 1 to %d", s, MaxTasksPage)
+		}
+		q.Limit = n
+	}
+	q.Cursor = get("cursor")
+	return q, "", nil
+}
+
+// TaskList is a page of tasks. NextCursor is null on the last page; Total counts the tasks
+// matching the filters.
+type TaskList struct {
+	Tasks      []Task  `json:"tasks"`
+	NextCursor *string `json:"next_cursor"`
+	Total      int     `json:"total"`
+	// PrevCursor reads the previous page ("" on the first); Applications lists every
+	// application. The dashboard shows them.
+	PrevCursor   string   `json:"-"`
+	Applications []string `json:"-"`
+}
+
+// LoadTasks returns the page of tasks q selects. A bad cursor is an error wrapping
+// taskling.ErrInvalidArgument.
+func LoadTasks(ctx context.Context, c *taskling.Client, q TasksQuery) (TaskList, error) {
+	page, err := c.Tasks(ctx, q.Filter())
+	if err != nil {
+		return TaskList{}, err
+	}
+	out := TaskList{Tasks: make([]Task, len(page.Tasks)), Total: page.Total, PrevCursor: page.PrevCursor, Applications: page.Applications}
 	for i, t := range page.Tasks {
-		out[i] = NewTask(t)
+		out.Tasks[i] = NewTask(t)
+	}
+	if page.NextCursor != "" {
+		next := page.NextCursor
+		out.NextCursor = &next
 	}
 	return out, nil
 }

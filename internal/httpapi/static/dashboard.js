@@ -101,6 +101,14 @@
       });
   });
 
+  // The tasks list's filters are a plain GET form; a changed select shows its page at once.
+  var filters = document.getElementById("task-filters");
+  if (filters) {
+    filters.addEventListener("change", function (ev) {
+      if (ev.target.tagName === "SELECT") { filters.submit(); }
+    });
+  }
+
   var form = document.getElementById("limit-form");
   if (form) {
     form.addEventListener("submit", function (ev) {

@@ -1,0 +1,151 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The task page's slot timeline and per-minute chart (the dashboard). Both read one window of a
+// task's executions, [now - window, now] on the database clock, through
+// task_execution_task_started_idx (task_id, started_at DESC, id DESC): the executions started in
+// the window; the holders still in the task row (started earlier, maybe still running); and a
+// bounded number of the executions started just before the window (those that ended or were
+// reclaimed in it).
+
+// timelineLookback is how many executions started before the window are looked at: those of
+// them that ended (or were reclaimed) inside the window are drawn and counted.
+const timelineLookback = 500
+
+// timelineCandidatesSQL is the ids of the executions of task $1 that may overlap the window
+// starting at $2 (w.t_from), at most $3 of those started in it (the newest).
+var timelineCandidatesSQL = `
+c AS (
+    (SELECT e.id FROM taskling.task_execution e
+     WHERE e.task_id = $1 AND e.started_at >= $2 AND NOT e.blocked
+     ORDER BY e.started_at DESC, e.id DESC LIMIT $3)
+    UNION
+    (SELECT e.id FROM taskling.task_execution e
+     WHERE e.task_id = $1 AND e.started_at < $2
+     ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
+    UNION
+    SELECT substring(h FROM '^E:([0-9]+),')::bigint
+    FROM taskling.task_definition d, unnest(string_to_array(d.holders, '|')) AS h
+    WHERE d.id = $1 AND h <> ''
+)`
+
+// timelineEndSQL is when execution e stopped holding its slot: its reclaim, its end, its
+// completion (rows of protocol 1), or — dead but not yet reclaimed — its last heartbeat. NULL
+// while it runs.
+var timelineEndSQL = `coalesce(` + reclaimedAtSQL + `, x.ended_at, e.completed_at,
+    CASE WHEN ` + statusSQL + ` = 'dead' THEN ` + lastHeartbeatSQL + ` END)`
+
+var timelineBarsSQL = `
+WITH ` + timelineCandidatesSQL + `
+SELECT e.id, e.host_name, e.started_at, ` + timelineEndSQL + ` AS ended_at, ` + statusSQL + ` AS status,
+    ` + reclaimedAtSQL + ` AS reclaimed_at, e.fence
+FROM c JOIN ` + executionFrom + ` ON e.id = c.id
+WHERE e.task_id = $1 AND NOT e.blocked AND e.started_at <= $4
+  AND coalesce(` + timelineEndSQL + `, 'infinity') >= $2
+ORDER BY e.started_at DESC, e.id DESC
+LIMIT $3`
+
+// timelineMinutesSQL counts, per minute since the Unix epoch (UTC), the grants (executions not
+// blocked started in it), the denials (blocked executions started in it) and the reclaims
+// (executions reclaimed in it) of task $1 since $2.
+var timelineMinutesSQL = `
+WITH c AS (
+    (SELECT e.id FROM taskling.task_execution e
+     WHERE e.task_id = $1 AND e.started_at < $2
+     ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
+), starts AS (
+    SELECT floor(extract(epoch FROM e.started_at) / 60)::bigint AS minute,
+           count(*) FILTER (WHERE NOT e.blocked) AS grants, count(*) FILTER (WHERE e.blocked) AS denials,
+           0::bigint AS reclaims
+    FROM taskling.task_execution e
+    WHERE e.task_id = $1 AND e.started_at >= $2
+    GROUP BY 1
+), reclaims AS (
+    SELECT floor(extract(epoch FROM r.at) / 60)::bigint AS minute, 0::bigint, 0::bigint, count(*)
+    FROM (
+        SELECT ` + reclaimedAtSQL + ` AS at
+        FROM taskling.task_execution e LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+        WHERE e.task_id = $1 AND (e.started_at >= $2 OR e.id IN (SELECT id FROM c))
+    ) r
+    WHERE r.at >= $2
+    GROUP BY 1
+)
+SELECT * FROM starts UNION ALL SELECT * FROM reclaims`
+
+// TimelineBar is one execution that held a slot of the task during the window.
+type TimelineBar struct {
+	ID        int64
+	Host      string
+	StartedAt time.Time
+	// EndedAt is when it stopped holding its slot; nil while it runs.
+	EndedAt     *time.Time
+	Status      string // in_progress, completed, failed or dead
+	ReclaimedAt *time.Time
+	Fence       *int64
+}
+
+// MinuteCount is the grants, denials and reclaims of one minute.
+type MinuteCount struct {
+	Minute                    time.Time // its start, UTC
+	Grants, Denials, Reclaims int64
+}
+
+// Timeline is a window of a task's slot use.
+type Timeline struct {
+	From, Now time.Time // the window, on the database clock
+	// Bars are the executions that held a slot during the window, the newest first, at most the
+	// number asked; Truncated says there were more.
+	Bars      []TimelineBar
+	Truncated bool
+	// Minutes are the minutes with any grant, denial or reclaim, in no order (a minute may come
+	// twice: once with its starts, once with its reclaims).
+	Minutes []MinuteCount
+}
+
+// Timeline returns the slot use of task taskID over the last window, with at most maxBars bars.
+func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration, maxBars int) (Timeline, error) {
+	var out Timeline
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT now(), now() - $1::interval`, window).Scan(&out.Now, &out.From); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, timelineBarsSQL, taskID, out.From, maxBars+1, out.Now)
+		if err != nil {
+			return err
+		}
+		out.Bars, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (TimelineBar, error) {
+			var b TimelineBar
+			err := row.Scan(&b.ID, &b.Host, &b.StartedAt, &b.EndedAt, &b.Status, &b.ReclaimedAt, &b.Fence)
+			return b, err
+		})
+		if err != nil {
+			return err
+		}
+		if len(out.Bars) > maxBars {
+			out.Bars, out.Truncated = out.Bars[:maxBars], true
+		}
+		rows, err = tx.Query(ctx, timelineMinutesSQL, taskID, out.From)
+		if err != nil {
+			return err
+		}
+		out.Minutes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (MinuteCount, error) {
+			var m MinuteCount
+			var minute int64
+			err := row.Scan(&minute, &m.Grants, &m.Denials, &m.Reclaims)
+			m.Minute = time.Unix(minute*60, 0).UTC()
+			return m, err
+		})
+		return err
+	})
+	if err != nil {
+		return Timeline{}, fmt.Errorf("execution: timeline of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
