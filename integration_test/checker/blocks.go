@@ -101,219 +101,255 @@ type BlockFigures struct {
 const maxBlockReports = 20
 
 // checkBlocks is check (k).
+// blockKey names one attempt of one block.
+type blockKey struct {
+	block   int64
+	attempt int
+}
+
+// blockCheck is one run of check k.
+type blockCheck struct {
+	c      *checkRun
+	br     *BlockRun
+	f      *BlockFigures
+	counts map[string]int
+	logs   map[blockKey]*BlockLog // the ledgers' attempts
+	seen   map[blockKey]bool      // the database's attempts
+}
+
+func (k *blockCheck) report(kind string, exec int64, format string, args ...any) {
+	k.counts[kind]++
+	if k.counts[kind] <= maxBlockReports {
+		k.c.r.add("k", k.br.Task, exec, format, args...)
+	} else if k.counts[kind] == maxBlockReports+1 {
+		k.c.r.add("k", k.br.Task, 0, "more (%s) violations left out", kind)
+	}
+}
+
 func (c *checkRun) checkBlocks() {
 	br := c.h.Blocks
 	if br == nil {
 		return
 	}
-	r := &c.r
-	f := &r.Blocks
-	task := br.Task
-	counts := map[string]int{}
-	report := func(kind string, exec int64, format string, args ...any) {
-		counts[kind]++
-		if counts[kind] <= maxBlockReports {
-			r.add("k", task, exec, format, args...)
-		} else if counts[kind] == maxBlockReports+1 {
-			r.add("k", task, 0, "more (%s) violations left out", kind)
-		}
-	}
+	k := &blockCheck{c: c, br: br, f: &c.r.Blocks, counts: map[string]int{}, logs: map[blockKey]*BlockLog{}, seen: map[blockKey]bool{}}
 	blocks := slices.Clone(br.Blocks)
 	sort.Slice(blocks, func(i, j int) bool { return blocks[i].From < blocks[j].From })
-	f.Blocks = len(blocks)
+	k.f.Blocks = len(blocks)
+	k.coverage(blocks)
+	k.indexLogs()
+	for _, b := range blocks {
+		runs := slices.Clone(b.Runs)
+		sort.Slice(runs, func(i, j int) bool { return runs[i].Attempt < runs[j].Attempt })
+		k.f.Attempts += len(runs)
+		k.f.MostAttempts = max(k.f.MostAttempts, len(runs))
+		if len(runs) > 1 {
+			k.f.Retaken++
+		}
+		k.attemptsOf(b, runs)
+		k.completionOf(b, runs)
+		var prevEnd time.Time // the previous attempt's stop on its worker's side, or its process's kill
+		var prev *BlockAttemptState
+		for i := range runs {
+			a := &runs[i]
+			end := k.attempt(b, a, i == len(runs)-1, prev, prevEnd)
+			prev, prevEnd = a, end
+		}
+	}
+	// (k6) every ledger attempt is one of the database's.
+	for key, l := range k.logs {
+		if !k.seen[key] {
+			k.report("k6", l.Exec, "the ledger on %s took block %d attempt %d; the database has no such attempt", l.Host, l.Block, l.Attempt)
+		}
+	}
+}
 
-	// (k1) coverage.
+// coverage is (k1): the blocks, sorted by start, cover the range once.
+func (k *blockCheck) coverage(blocks []BlockState) {
+	br := k.br
 	if len(blocks) == 0 {
-		report("k1", 0, "no blocks: the range %d…%d was not covered", br.From, br.To)
+		k.report("k1", 0, "no blocks: the range %d…%d was not covered", br.From, br.To)
 	} else {
 		if blocks[0].From != br.From {
-			report("k1", 0, "the first block starts at %d, the range at %d", blocks[0].From, br.From)
+			k.report("k1", 0, "the first block starts at %d, the range at %d", blocks[0].From, br.From)
 		}
 		if last := blocks[len(blocks)-1]; last.To != br.To {
-			report("k1", 0, "the last block (%d) ends at %d, the range at %d", last.ID, last.To, br.To)
+			k.report("k1", 0, "the last block (%d) ends at %d, the range at %d", last.ID, last.To, br.To)
 		}
 	}
 	for i, b := range blocks {
 		if b.To < b.From || b.To-b.From+1 > br.Size {
-			report("k1", 0, "block %d is %d…%d: more than %d numbers, or none", b.ID, b.From, b.To, br.Size)
+			k.report("k1", 0, "block %d is %d…%d: more than %d numbers, or none", b.ID, b.From, b.To, br.Size)
 		}
 		if i == 0 {
 			continue
 		}
 		switch p := blocks[i-1]; {
 		case b.From <= p.To:
-			report("k1", 0, "block %d (%d…%d) overlaps block %d (%d…%d)", b.ID, b.From, b.To, p.ID, p.From, p.To)
+			k.report("k1", 0, "block %d (%d…%d) overlaps block %d (%d…%d)", b.ID, b.From, b.To, p.ID, p.From, p.To)
 		case b.From > p.To+1:
-			report("k1", 0, "gap %d…%d between block %d and block %d", p.To+1, b.From-1, p.ID, b.ID)
+			k.report("k1", 0, "gap %d…%d between block %d and block %d", p.To+1, b.From-1, p.ID, b.ID)
 		}
 	}
+}
 
-	// The ledgers' attempts, by block and attempt.
-	type key struct {
-		block   int64
-		attempt int
-	}
-	logs := map[key]*BlockLog{}
-	for i := range br.Logs {
-		l := &br.Logs[i]
-		k := key{l.Block, l.Attempt}
-		if _, dup := logs[k]; dup {
-			report("k6", l.Exec, "the ledgers record attempt %d of block %d twice", l.Attempt, l.Block)
+// indexLogs indexes the ledgers' attempts by block and attempt.
+func (k *blockCheck) indexLogs() {
+	for i := range k.br.Logs {
+		l := &k.br.Logs[i]
+		key := blockKey{l.Block, l.Attempt}
+		if _, dup := k.logs[key]; dup {
+			k.report("k6", l.Exec, "the ledgers record attempt %d of block %d twice", l.Attempt, l.Block)
 			continue
 		}
-		logs[k] = l
+		k.logs[key] = l
 	}
-	seen := map[key]bool{}
-	for _, b := range blocks {
-		runs := slices.Clone(b.Runs)
-		sort.Slice(runs, func(i, j int) bool { return runs[i].Attempt < runs[j].Attempt })
-		f.Attempts += len(runs)
-		f.MostAttempts = max(f.MostAttempts, len(runs))
-		if len(runs) > 1 {
-			f.Retaken++
-		}
-		// (k2) attempts.
-		for i, a := range runs {
-			if a.Attempt != i+1 {
-				report("k2", a.Exec, "block %d: attempts numbered %v, not 1…%d", b.ID, blockAttemptNumbers(runs), len(runs))
-				break
-			}
-		}
-		if len(runs) != b.Attempts {
-			report("k2", 0, "block %d counts %d attempts but %d were taken", b.ID, b.Attempts, len(runs))
-		}
-		if len(runs) > br.RetryLimit+1 {
-			report("k2", 0, "block %d was attempted %d times; its retry limit %d allows %d", b.ID, len(runs), br.RetryLimit, br.RetryLimit+1)
-		}
-		// (k3) completion.
-		if b.Status != "completed" {
-			report("k3", 0, "block %d (%d…%d) is %s after %d attempts", b.ID, b.From, b.To, b.Status, len(runs))
-		}
-		completed, oks := 0, 0
-		for i, a := range runs {
-			if a.Status == "completed" {
-				completed++
-				if i != len(runs)-1 {
-					report("k3", a.Exec, "block %d: attempt %d completed but is not its last (%d)", b.ID, a.Attempt, len(runs))
-				}
-			}
-		}
-		if completed != 1 {
-			report("k3", 0, "block %d was completed by %d attempts", b.ID, completed)
-		}
-		for _, a := range runs {
-			if l := logs[key{b.ID, a.Attempt}]; l != nil && l.Result == ledger.BlockCompleted {
-				oks++
-			}
-		}
-		if oks > 1 {
-			report("k3", 0, "the ledgers record %d successful Completes of block %d", oks, b.ID)
-		}
-		// (k2), (k4), (k5), (k6) per attempt.
-		var prevEnd time.Time // the previous attempt's stop on its worker's side, or its process's kill
-		var prev *BlockAttemptState
-		for i := range runs {
-			a := &runs[i]
-			k := key{b.ID, a.Attempt}
-			seen[k] = true
-			g, granted := c.grants[a.Exec]
-			switch {
-			case !granted:
-				report("k2", a.Exec, "block %d attempt %d taken by an execution never granted a slot", b.ID, a.Attempt)
-			case g.Task != task:
-				report("k2", a.Exec, "block %d attempt %d taken by an execution of task %s", b.ID, a.Attempt, g.Task)
-			case a.CreatedAt.Before(g.GrantedAt):
-				report("k2", a.Exec, "block %d attempt %d taken at %s, before its execution was granted (%s)", b.ID, a.Attempt, ts(a.CreatedAt), ts(g.GrantedAt))
-			}
-			switch a.Status {
-			case "failed":
-				f.Failed++
-			}
-			l := logs[k]
-			if l == nil {
-				f.Unrecorded++
-			} else {
-				if l.Exec != a.Exec {
-					report("k6", l.Exec, "the ledger on %s took block %d attempt %d under this execution; the database under execution %d",
-						l.Host, b.ID, a.Attempt, a.Exec)
-				}
-				if l.From != b.From || l.To != b.To {
-					report("k6", l.Exec, "the ledger on %s took block %d as %d…%d; the database holds %d…%d", l.Host, b.ID, l.From, l.To, b.From, b.To)
-				}
-				want := map[string]string{ledger.BlockCompleted: "completed", ledger.BlockFailed: "failed"}[l.Result]
-				switch {
-				case want != "" && a.Status != want:
-					report("k6", l.Exec, "block %d attempt %d: the worker's %s succeeded, the database has it %s", b.ID, a.Attempt, l.Calling, a.Status)
-				case l.Result == ledger.BlockLost && (a.Status == "completed" || a.Status == "failed"):
-					report("k6", l.Exec, "block %d attempt %d: the worker's %s returned ErrBlockLost, the database has it %s", b.ID, a.Attempt, l.Calling, a.Status)
-				}
-				if l.Result == ledger.BlockLost {
-					f.Lost++
-				}
-				if l.Stopped && !l.StopAt.IsZero() && l.StopAt.Before(a.CreatedAt) {
-					report("k6", l.Exec, "block %d attempt %d: its worker stopped (%s) before the attempt was taken (%s)", b.ID, a.Attempt, ts(l.StopAt), ts(a.CreatedAt))
-				}
-			}
-			// (k4) on the ledgers' side: this attempt was taken after the previous one's stop.
-			if prev != nil && !prevEnd.IsZero() && a.CreatedAt.Before(prevEnd) {
-				report("k4", a.Exec, "block %d: attempt %d taken at %s while attempt %d (execution %d) was live until %s",
-					b.ID, a.Attempt, ts(a.CreatedAt), prev.Attempt, prev.Exec, ts(prevEnd))
-			}
-			// (k4) on the database's side: the previous attempt had ended, or its execution.
-			if prev != nil {
-				if !prev.EndedAt.IsZero() && prev.EndedAt.After(a.CreatedAt) {
-					report("k4", prev.Exec, "block %d: attempt %d ended (%s) at %s, after attempt %d was taken at %s",
-						b.ID, prev.Attempt, prev.Status, ts(prev.EndedAt), a.Attempt, ts(a.CreatedAt))
-				}
-				if why := c.stillLive(prev, a.CreatedAt); why != "" {
-					report("k4", a.Exec, "block %d: attempt %d taken at %s while attempt %d (execution %d) %s",
-						b.ID, a.Attempt, ts(a.CreatedAt), prev.Attempt, prev.Exec, why)
-				}
-			}
-			// This attempt's end on its worker's side: its stop, else its process's kill.
-			host := ""
-			if granted {
-				host = g.Host
-			} else if l != nil {
-				host = l.Host
-			}
-			kill, killed := c.h.Kills[host]
-			killed = killed && kill.After(a.CreatedAt)
-			end, known := time.Time{}, false
-			switch {
-			case l != nil && l.Stopped:
-				end, known = l.StopAt, true
-				if end.IsZero() {
-					end = a.CreatedAt // never worked on it
-				}
-			case killed:
-				end, known = kill, true
-			}
-			// Dead: not ended in the database, its process killed after it was taken.
-			dead := killed && a.Status != "completed" && a.Status != "failed"
-			if dead {
-				f.Dead++
-			}
-			if !known && l != nil {
-				report("k6", a.Exec, "block %d attempt %d: its worker on %s recorded no stop and its process was not killed", b.ID, a.Attempt, l.Host)
-			}
-			// (k5) reprocessing.
-			if i == len(runs)-1 {
-				switch {
-				case dead:
-					report("k5", a.Exec, "block %d: attempt %d died with its process (killed %s) and was not taken again", b.ID, a.Attempt, ts(kill))
-				case a.Status == "failed":
-					report("k5", a.Exec, "block %d: attempt %d failed and was not taken again", b.ID, a.Attempt)
-				}
-			}
-			prev, prevEnd = a, end
+}
+
+// attemptsOf is (k2) for a block's attempts together: numbered 1…n, counted, within the limit.
+func (k *blockCheck) attemptsOf(b BlockState, runs []BlockAttemptState) {
+	for i, a := range runs {
+		if a.Attempt != i+1 {
+			k.report("k2", a.Exec, "block %d: attempts numbered %v, not 1…%d", b.ID, blockAttemptNumbers(runs), len(runs))
+			break
 		}
 	}
-	// (k6) every ledger attempt is one of the database's.
-	for k, l := range logs {
-		if !seen[k] {
-			report("k6", l.Exec, "the ledger on %s took block %d attempt %d; the database has no such attempt", l.Host, l.Block, l.Attempt)
+	if len(runs) != b.Attempts {
+		k.report("k2", 0, "block %d counts %d attempts but %d were taken", b.ID, b.Attempts, len(runs))
+	}
+	if len(runs) > k.br.RetryLimit+1 {
+		k.report("k2", 0, "block %d was attempted %d times; its retry limit %d allows %d", b.ID, len(runs), k.br.RetryLimit, k.br.RetryLimit+1)
+	}
+}
+
+// completionOf is (k3): completed, by exactly one attempt, its last.
+func (k *blockCheck) completionOf(b BlockState, runs []BlockAttemptState) {
+	if b.Status != "completed" {
+		k.report("k3", 0, "block %d (%d…%d) is %s after %d attempts", b.ID, b.From, b.To, b.Status, len(runs))
+	}
+	completed, oks := 0, 0
+	for i, a := range runs {
+		if a.Status == "completed" {
+			completed++
+			if i != len(runs)-1 {
+				k.report("k3", a.Exec, "block %d: attempt %d completed but is not its last (%d)", b.ID, a.Attempt, len(runs))
+			}
 		}
+		if l := k.logs[blockKey{b.ID, a.Attempt}]; l != nil && l.Result == ledger.BlockCompleted {
+			oks++
+		}
+	}
+	if completed != 1 {
+		k.report("k3", 0, "block %d was completed by %d attempts", b.ID, completed)
+	}
+	if oks > 1 {
+		k.report("k3", 0, "the ledgers record %d successful Completes of block %d", oks, b.ID)
+	}
+}
+
+// attempt checks one attempt — (k2) its execution, (k6) its ledger, (k4) against the previous
+// attempt, (k5) if it is the last — and returns its end on its worker's side.
+func (k *blockCheck) attempt(b BlockState, a *BlockAttemptState, last bool, prev *BlockAttemptState, prevEnd time.Time) time.Time {
+	key := blockKey{b.ID, a.Attempt}
+	k.seen[key] = true
+	g, granted := k.c.grants[a.Exec]
+	switch {
+	case !granted:
+		k.report("k2", a.Exec, "block %d attempt %d taken by an execution never granted a slot", b.ID, a.Attempt)
+	case g.Task != k.br.Task:
+		k.report("k2", a.Exec, "block %d attempt %d taken by an execution of task %s", b.ID, a.Attempt, g.Task)
+	case a.CreatedAt.Before(g.GrantedAt):
+		k.report("k2", a.Exec, "block %d attempt %d taken at %s, before its execution was granted (%s)", b.ID, a.Attempt, ts(a.CreatedAt), ts(g.GrantedAt))
+	}
+	if a.Status == "failed" {
+		k.f.Failed++
+	}
+	l := k.logs[key]
+	if l == nil {
+		k.f.Unrecorded++
+	} else {
+		k.ledgerAgrees(b, a, l)
+	}
+	k.notOverlapping(b, a, prev, prevEnd)
+	// This attempt's end on its worker's side: its stop, else its process's kill.
+	host := ""
+	if granted {
+		host = g.Host
+	} else if l != nil {
+		host = l.Host
+	}
+	kill, killed := k.c.h.Kills[host]
+	killed = killed && kill.After(a.CreatedAt)
+	end, known := time.Time{}, false
+	switch {
+	case l != nil && l.Stopped:
+		end, known = l.StopAt, true
+		if end.IsZero() {
+			end = a.CreatedAt // never worked on it
+		}
+	case killed:
+		end, known = kill, true
+	}
+	// Dead: not ended in the database, its process killed after it was taken.
+	dead := killed && a.Status != "completed" && a.Status != "failed"
+	if dead {
+		k.f.Dead++
+	}
+	if !known && l != nil {
+		k.report("k6", a.Exec, "block %d attempt %d: its worker on %s recorded no stop and its process was not killed", b.ID, a.Attempt, l.Host)
+	}
+	// (k5) reprocessing.
+	if last {
+		switch {
+		case dead:
+			k.report("k5", a.Exec, "block %d: attempt %d died with its process (killed %s) and was not taken again", b.ID, a.Attempt, ts(kill))
+		case a.Status == "failed":
+			k.report("k5", a.Exec, "block %d: attempt %d failed and was not taken again", b.ID, a.Attempt)
+		}
+	}
+	return end
+}
+
+// ledgerAgrees is (k6) for one attempt: its ledger and the database agree.
+func (k *blockCheck) ledgerAgrees(b BlockState, a *BlockAttemptState, l *BlockLog) {
+	if l.Exec != a.Exec {
+		k.report("k6", l.Exec, "the ledger on %s took block %d attempt %d under this execution; the database under execution %d",
+			l.Host, b.ID, a.Attempt, a.Exec)
+	}
+	if l.From != b.From || l.To != b.To {
+		k.report("k6", l.Exec, "the ledger on %s took block %d as %d…%d; the database holds %d…%d", l.Host, b.ID, l.From, l.To, b.From, b.To)
+	}
+	want := map[string]string{ledger.BlockCompleted: "completed", ledger.BlockFailed: "failed"}[l.Result]
+	switch {
+	case want != "" && a.Status != want:
+		k.report("k6", l.Exec, "block %d attempt %d: the worker's %s succeeded, the database has it %s", b.ID, a.Attempt, l.Calling, a.Status)
+	case l.Result == ledger.BlockLost && (a.Status == "completed" || a.Status == "failed"):
+		k.report("k6", l.Exec, "block %d attempt %d: the worker's %s returned ErrBlockLost, the database has it %s", b.ID, a.Attempt, l.Calling, a.Status)
+	}
+	if l.Result == ledger.BlockLost {
+		k.f.Lost++
+	}
+	if l.Stopped && !l.StopAt.IsZero() && l.StopAt.Before(a.CreatedAt) {
+		k.report("k6", l.Exec, "block %d attempt %d: its worker stopped (%s) before the attempt was taken (%s)", b.ID, a.Attempt, ts(l.StopAt), ts(a.CreatedAt))
+	}
+}
+
+// notOverlapping is (k4): attempt a was taken once the previous one was over, on the ledgers'
+// side (its stop, or its process's kill) and on the database's.
+func (k *blockCheck) notOverlapping(b BlockState, a, prev *BlockAttemptState, prevEnd time.Time) {
+	if prev == nil {
+		return
+	}
+	if !prevEnd.IsZero() && a.CreatedAt.Before(prevEnd) {
+		k.report("k4", a.Exec, "block %d: attempt %d taken at %s while attempt %d (execution %d) was live until %s",
+			b.ID, a.Attempt, ts(a.CreatedAt), prev.Attempt, prev.Exec, ts(prevEnd))
+	}
+	if !prev.EndedAt.IsZero() && prev.EndedAt.After(a.CreatedAt) {
+		k.report("k4", prev.Exec, "block %d: attempt %d ended (%s) at %s, after attempt %d was taken at %s",
+			b.ID, prev.Attempt, prev.Status, ts(prev.EndedAt), a.Attempt, ts(a.CreatedAt))
+	}
+	if why := k.c.stillLive(prev, a.CreatedAt); why != "" {
+		k.report("k4", a.Exec, "block %d: attempt %d taken at %s while attempt %d (execution %d) %s",
+			b.ID, a.Attempt, ts(a.CreatedAt), prev.Attempt, prev.Exec, why)
 	}
 }
 

@@ -104,7 +104,18 @@ func (c *checkRun) checkSection() {
 	}
 	sort.Slice(grants, func(i, j int) bool { return grants[i].Fence < grants[j].Fence })
 	f.Grants = len(grants)
+	c.sectionOwners(sr, grants, grantsOf)
+	waitsOf := c.sectionWaits(sr)
+	c.sectionAcquisitions(sr, grantsOf, waitsOf)
+	c.sectionHandoffs(sr, grants, waitsOf)
+	c.sectionTakeovers(sr, grants)
+}
 
+// sectionOwners is (m1) from the database's side: every section grant has an owner that holds its
+// slot on the same host, and ends no later than its owner.
+func (c *checkRun) sectionOwners(sr *SectionRun, grants []*Grant, grantsOf map[int64][]*Grant) {
+	r := &c.r
+	task := sr.Task
 	// (m1) ownership, from the database's side.
 	for _, g := range grants {
 		owner, ok := sr.Owners[g.Exec]
@@ -135,6 +146,14 @@ func (c *checkRun) checkSection() {
 			}
 		}
 	}
+}
+
+// sectionWaits is (m2): each wait ended as its timeout says, without error; it returns the
+// waits by owner.
+func (c *checkRun) sectionWaits(sr *SectionRun) map[int64][]*SectionWait {
+	r := &c.r
+	f := &r.Section
+	task := sr.Task
 	// (m1) from the ledgers' side, and (m2).
 	waitsOf := map[int64][]*SectionWait{}
 	for i := range sr.Waits {
@@ -157,6 +176,14 @@ func (c *checkRun) checkSection() {
 			r.add("m", task, w.Owner, "the wait on %s for the section failed: %s", w.Host, w.Error)
 		}
 	}
+	return waitsOf
+}
+
+// sectionAcquisitions is (m1) from the ledgers' side: each owner's acquisitions match the
+// database's grants.
+func (c *checkRun) sectionAcquisitions(sr *SectionRun, grantsOf map[int64][]*Grant, waitsOf map[int64][]*SectionWait) {
+	r := &c.r
+	task := sr.Task
 	owners := map[int64]bool{}
 	for o := range grantsOf {
 		owners[o] = true
@@ -189,6 +216,13 @@ func (c *checkRun) checkSection() {
 		}
 	}
 
+}
+
+// sectionHandoffs is (m3): a waiter already queued at a release is granted within the bound.
+func (c *checkRun) sectionHandoffs(sr *SectionRun, grants []*Grant, waitsOf map[int64][]*SectionWait) {
+	r := &c.r
+	f := &r.Section
+	task := sr.Task
 	// (m3) handoffs.
 	for i := 1; i < len(grants); i++ {
 		p, g := grants[i-1], grants[i]
@@ -234,6 +268,13 @@ func (c *checkRun) checkSection() {
 		}
 	}
 
+}
+
+// sectionTakeovers is (m4): a section held at a SIGKILL is taken again within the bound.
+func (c *checkRun) sectionTakeovers(sr *SectionRun, grants []*Grant) {
+	r := &c.r
+	f := &r.Section
+	task := sr.Task
 	// (m4) takeovers after a kill.
 	for host, sent := range sr.KillSent {
 		var held *Hold
