@@ -40,9 +40,11 @@ func TestWaitersAreGrantedOldestFirstAcrossProcesses(t *testing.T) {
 	b := setup(t, withLimit(1))
 	other := newClient(t, b.pool, withLimit(1))
 	holder := b.start(t, nil)
-	granted := make(chan int, 4)
+	granted := make(chan int, 8) // a waiter whose Complete fails sends twice
+	var wg sync.WaitGroup
+	defer wg.Wait() // their Completes, before the pool closes
 	for i, c := range []*taskling.Client{other, b.client, other, b.client} {
-		go func() {
+		wg.Go(func() {
 			e, err := c.StartExecution(b.ctx, b.app, b.task, &taskling.StartOptions{WaitForSlot: true})
 			if err == nil {
 				granted <- i
@@ -52,7 +54,7 @@ func TestWaitersAreGrantedOldestFirstAcrossProcesses(t *testing.T) {
 				t.Errorf("waiter %d: %v", i, err)
 				granted <- -1
 			}
-		}()
+		})
 		b.waitQueued(t, i+1)
 	}
 	require.NoError(t, holder.Complete(b.ctx))
