@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 
 	"github.com/taskling-go/taskling/integration_test/checker"
@@ -60,21 +58,8 @@ func TestChaosBlocks(t *testing.T) {
 	prof := chosenBlockProfile()
 	began := time.Now()
 	ctx := context.Background()
-	dir := t.TempDir()
-	ledgers := filepath.Join(dir, "ledgers")
-	require.NoError(t, os.Mkdir(ledgers, 0o755))
-	bin := buildWorker(t, dir)
-
-	srv := startServer(t, ctx)
-	dbURL := newDatabase(t, ctx, srv.url)
-	pool, err := pgxpool.New(ctx, dbURL+"&application_name=chaos-nemesis")
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, migrations.Up(ctx, pool))
-	nem, err := ledger.Create(filepath.Join(ledgers, "nemesis.jsonl"))
-	require.NoError(t, err)
-	defer nem.Close()
-	require.NoError(t, measure(ctx, pool, nem, srv.cluster != nil))
+	env := newChaosEnv(t, ctx)
+	ledgers, bin, srv, dbURL, pool, nem := env.ledgers, env.bin, env.srv, env.dbURL, env.pool, env.nem
 
 	spec := workerSpec{bin: bin, dbURL: dbURL, dir: ledgers, tasks: fmt.Sprintf("%s=%d", blockTask, prof.limit), g: prof.g,
 		interval: prof.interval, threshold: prof.threshold, sameClock: srv.cluster != nil,

@@ -18,9 +18,11 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/internal/pgcluster"
 	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/tokens"
 
@@ -536,4 +538,34 @@ FROM taskling.task_definition d WHERE d.application_name = $1`, app)
 		t.Fatal(err)
 	}
 	return out
+}
+
+// chaosEnv is what a multi-process chaos test starts from: a ledger directory, the worker binary,
+// the server, a migrated database with the nemesis's pool, and the nemesis's ledger with the
+// clock measurement written.
+type chaosEnv struct {
+	ledgers, bin, dbURL string
+	srv                 *server
+	pool                *pgxpool.Pool
+	nem                 *ledger.Writer
+}
+
+func newChaosEnv(t *testing.T, ctx context.Context) chaosEnv {
+	t.Helper()
+	dir := t.TempDir()
+	env := chaosEnv{ledgers: filepath.Join(dir, "ledgers")}
+	require.NoError(t, os.Mkdir(env.ledgers, 0o755))
+	env.bin = buildWorker(t, dir)
+	env.srv = startServer(t, ctx)
+	env.dbURL = newDatabase(t, ctx, env.srv.url)
+	pool, err := pgxpool.New(ctx, env.dbURL+"&application_name=chaos-nemesis")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	env.pool = pool
+	require.NoError(t, migrations.Up(ctx, pool))
+	env.nem, err = ledger.Create(filepath.Join(env.ledgers, "nemesis.jsonl"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.nem.Close() })
+	require.NoError(t, measure(ctx, pool, env.nem, env.srv.cluster != nil))
+	return env
 }

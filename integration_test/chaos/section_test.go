@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 
 	"github.com/taskling-go/taskling/integration_test/checker"
@@ -71,21 +70,9 @@ func TestChaosCriticalSection(t *testing.T) {
 	sectionTask := sectionOwnerTask + taskling.SectionSuffix
 	began := time.Now()
 	ctx := context.Background()
-	dir := t.TempDir()
-	ledgers := filepath.Join(dir, "ledgers")
-	require.NoError(t, os.Mkdir(ledgers, 0o755))
-	bin := buildWorker(t, dir)
-
-	srv := startServer(t, ctx)
-	dbURL := newDatabase(t, ctx, srv.url)
-	pool, err := pgxpool.New(ctx, dbURL+"&application_name=chaos-nemesis")
-	require.NoError(t, err)
-	defer pool.Close()
-	require.NoError(t, migrations.Up(ctx, pool))
-	nem, err := ledger.Create(filepath.Join(ledgers, "nemesis.jsonl"))
-	require.NoError(t, err)
-	defer nem.Close()
-	require.NoError(t, measure(ctx, pool, nem, srv.cluster != nil))
+	env := newChaosEnv(t, ctx)
+	ledgers, bin, srv, dbURL, pool, nem := env.ledgers, env.bin, env.srv, env.dbURL, env.pool, env.nem
+	var err error
 
 	qw, err := ledger.Create(filepath.Join(ledgers, "queues.jsonl"))
 	require.NoError(t, err)

@@ -106,15 +106,9 @@ type options struct {
 }
 
 func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool, opts options) error {
-	var tasks []task
-	for _, s := range strings.Split(taskList, ",") {
-		var t task
-		name, limit, ok := strings.Cut(s, "=")
-		if _, err := fmt.Sscan(limit, &t.limit); !ok || err != nil {
-			return fmt.Errorf("bad -tasks entry %q", s)
-		}
-		t.name = name
-		tasks = append(tasks, t)
+	tasks, err := parseTasks(taskList)
+	if err != nil {
+		return err
 	}
 	stop, cancelStop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancelStop()
@@ -138,32 +132,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		return err
 	}
 	defer w.Close()
-	var offset, offErr time.Duration
-	// A replacement process may start while the server restarts, or recovers from a crash under
-	// load (seconds): keep trying for a minute rather than die and leave its slot empty.
-	giveUp := time.Now().Add(time.Minute)
-	for {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		offset, offErr, err = ledger.MeasureOffset(octx, func(ctx context.Context) (time.Time, error) {
-			var t time.Time
-			err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
-			return t, err
-		}, 7)
-		cancel()
-		if err == nil || time.Now().After(giveUp) {
-			break
-		}
-		if sleep(stop, 250*time.Millisecond); stop.Err() != nil {
-			return nil // stopped before it could start: nothing to record
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("measure the DB clock: %w", err)
-	}
-	if !sameClock {
-		w.SetOffset(offset)
-	}
-	if err := w.Write(ledger.Event{Kind: ledger.KindStart, Host: host, At: w.Now(), PID: os.Getpid(), Offset: offset, OffsetError: offErr}); err != nil {
+	if started, err := recordStart(ctx, stop, pool, w, host, sameClock); err != nil || !started {
 		return err
 	}
 
@@ -192,36 +161,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
 	}
 	if opts.blocks || opts.section {
-		fmt.Println("ready")
-		var wg sync.WaitGroup
-		for i := range g {
-			wg.Go(func() {
-				wk := worker{w: w, client: client, app: app, task: tasks[0].name, maxHold: maxHold, step: step,
-					rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: true}
-				if opts.blocks {
-					(&blockWorker{worker: &wk, opts: opts}).loop(stop)
-					return
-				}
-				timeout := opts.sectionTimeout
-				if i%4 == 3 {
-					timeout = -1 // tiny: drawn for each wait
-				}
-				(&sectionWorker{worker: &wk, opts: opts, timeout: timeout}).loop(stop)
-			})
-		}
-		if opts.section {
-			wg.Go(func() {
-				select {
-				case <-stop.Done():
-					return
-				case <-opts.usr1:
-				}
-				wk := worker{w: w, client: client, app: app, task: tasks[0].name, maxHold: maxHold, step: step,
-					rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g))), wait: true}
-				(&sectionWorker{worker: &wk, opts: opts}).holdUntilStopped(stop)
-			})
-		}
-		wg.Wait()
+		runBlocksOrSection(stop, w, client, app, tasks[0].name, g, maxHold, step, opts)
 		client.Close()
 		return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
 	}
@@ -238,6 +178,86 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	wg.Wait()
 	client.Close()
 	return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
+}
+
+// parseTasks reads -tasks: "name=limit,…".
+func parseTasks(list string) ([]task, error) {
+	var tasks []task
+	for _, s := range strings.Split(list, ",") {
+		var t task
+		name, limit, ok := strings.Cut(s, "=")
+		if _, err := fmt.Sscan(limit, &t.limit); !ok || err != nil {
+			return nil, fmt.Errorf("bad -tasks entry %q", s)
+		}
+		t.name = name
+		tasks = append(tasks, t)
+	}
+	return tasks, nil
+}
+
+// recordStart measures the offset to the DB clock and writes the ledger's start event; started is
+// false when the process was stopped before it could start (nothing to record).
+func recordStart(ctx, stop context.Context, pool *pgxpool.Pool, w *ledger.Writer, host string, sameClock bool) (started bool, err error) {
+	var offset, offErr time.Duration
+	// A replacement process may start while the server restarts, or recovers from a crash under
+	// load (seconds): keep trying for a minute rather than die and leave its slot empty.
+	giveUp := time.Now().Add(time.Minute)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		offset, offErr, err = ledger.MeasureOffset(octx, func(ctx context.Context) (time.Time, error) {
+			var t time.Time
+			err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t)
+			return t, err
+		}, 7)
+		cancel()
+		if err == nil || time.Now().After(giveUp) {
+			break
+		}
+		if sleep(stop, 250*time.Millisecond); stop.Err() != nil {
+			return false, nil
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("measure the DB clock: %w", err)
+	}
+	if !sameClock {
+		w.SetOffset(offset)
+	}
+	return true, w.Write(ledger.Event{Kind: ledger.KindStart, Host: host, At: w.Now(), PID: os.Getpid(), Offset: offset, OffsetError: offErr})
+}
+
+// runBlocksOrSection runs the -blocks or -section workers until stopped.
+func runBlocksOrSection(stop context.Context, w *ledger.Writer, client *taskling.Client, app, task string, g int, maxHold, step time.Duration, opts options) {
+	fmt.Println("ready")
+	var wg sync.WaitGroup
+	for i := range g {
+		wg.Go(func() {
+			wk := worker{w: w, client: client, app: app, task: task, maxHold: maxHold, step: step,
+				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: true}
+			if opts.blocks {
+				(&blockWorker{worker: &wk, opts: opts}).loop(stop)
+				return
+			}
+			timeout := opts.sectionTimeout
+			if i%4 == 3 {
+				timeout = -1 // tiny: drawn for each wait
+			}
+			(&sectionWorker{worker: &wk, opts: opts, timeout: timeout}).loop(stop)
+		})
+	}
+	if opts.section {
+		wg.Go(func() {
+			select {
+			case <-stop.Done():
+				return
+			case <-opts.usr1:
+			}
+			wk := worker{w: w, client: client, app: app, task: task, maxHold: maxHold, step: step,
+				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(g))), wait: true}
+			(&sectionWorker{worker: &wk, opts: opts}).holdUntilStopped(stop)
+		})
+	}
+	wg.Wait()
 }
 
 func settings(tasks []task) taskling.SettingsSource {
