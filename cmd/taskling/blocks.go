@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,7 +69,7 @@ options takes them again (force one with 'taskling blocks force ID').`,
 		Short: "One block: its range, list or value, status, and every attempt",
 		Args:  exactArgs(1, "one argument, a block ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseBlockID(args[0])
+			id, err := parseID("block", args[0])
 			if err != nil {
 				return err
 			}
@@ -88,7 +87,7 @@ for blocks of the same kind takes it first, as a new attempt (a block still runn
 once it is not). Forcing a block already queued changes nothing.`,
 		Args: exactArgs(1, "one argument, a block ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseBlockID(args[0])
+			id, err := parseID("block", args[0])
 			if err != nil {
 				return err
 			}
@@ -109,14 +108,6 @@ once it is not). Forcing a block already queued changes nothing.`,
 	force.Flags().StringVar(&by, "by", "", "who forces it, recorded (default cli:$USER)")
 	cmd.AddCommand(list, show, force)
 	return cmd
-}
-
-func parseBlockID(s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id < 1 {
-		return 0, usageErrorf("block ID %q is not a positive integer", s)
-	}
-	return id, nil
 }
 
 // blockSpan is what a block covers: its range, its item count or its value.

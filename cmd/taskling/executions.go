@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -51,9 +50,9 @@ func newExecutionsCommand(e *env) *cobra.Command {
 		Short: "One execution: status, progress, header and events",
 		Args:  exactArgs(1, "one argument, an execution ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := strconv.ParseInt(args[0], 10, 64)
-			if err != nil || id < 1 {
-				return usageErrorf("execution ID %q is not a positive integer", args[0])
+			id, err := parseID("execution", args[0])
+			if err != nil {
+				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
 				x, err := httpapi.LoadExecution(ctx, c, id)

@@ -130,7 +130,7 @@ func newSubmissionsCommand(e *env) *cobra.Command {
 		Short: "One submission: status, queue position, attempts, progress, last error, executions",
 		Args:  exactArgs(1, "one argument, a submission ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseSubmissionID(args[0])
+			id, err := parseID("submission", args[0])
 			if err != nil {
 				return err
 			}
@@ -149,7 +149,7 @@ attempt returns, or completed if the attempt completes anyway. A submission that
 completed, died or was cancelled cannot be cancelled (exit 1).`,
 		Args: exactArgs(1, "one argument, a submission ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseSubmissionID(args[0])
+			id, err := parseID("submission", args[0])
 			if err != nil {
 				return err
 			}
@@ -173,10 +173,11 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 	return cmd
 }
 
-func parseSubmissionID(s string) (int64, error) {
+// parseID reads a positive id of a kind ("submission", "block", "execution") from an argument.
+func parseID(kind, s string) (int64, error) {
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || id < 1 {
-		return 0, usageErrorf("submission ID %q is not a positive integer", s)
+		return 0, usageErrorf("%s ID %q is not a positive integer", kind, s)
 	}
 	return id, nil
 }
