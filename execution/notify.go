@@ -2,6 +2,8 @@ package execution
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,9 +19,10 @@ import (
 
 // Notifier wakes requesters waiting for a slot of a task when a slot is returned or the task's
 // overrides change. It listens on one connection of its own, opened on the first Subscribe with
-// the pool's connection settings and its BeforeConnect and AfterConnect hooks, and opened anew
-// after a failure. It is not taken from the pool: several clients may share a pool, and a
-// listener holding a pooled connection each could exhaust it. Notifications are hints: waiters
+// the pool's connection settings and its BeforeConnect and AfterConnect hooks (or with
+// NotifierOptions.Listener), and opened anew after a failure. It is not taken from the pool:
+// several clients may share a pool, and a listener holding a pooled connection each could
+// exhaust it. Notifications are hints: waiters
 // also poll, so a lost notification (a broken connection, a transaction-pooling PgBouncer)
 // delays a waiter but never strands it.
 //
@@ -28,24 +31,63 @@ import (
 // another without a herd of denied attempts queueing on the task's lock.
 type Notifier struct {
 	pool    *pgxpool.Pool
+	opts    NotifierOptions
 	onError func(err error, retryIn time.Duration) // the listener failed; nil: ignore
+	probes  sync.WaitGroup                         // delivery checks in flight (probeDelivery)
 
-	mu      sync.Mutex
-	subs    map[int64][]chan struct{}  // per task, oldest first
-	topics  map[string][]chan struct{} // other notifications (SubscribeTopic)
-	tickets map[<-chan struct{}]int64  // a subscriber's ticket in its task's queue (SetTicket)
-	running bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	ready   chan struct{} // closed once LISTEN is in place (or gave up for now)
+	mu        sync.Mutex
+	subs      map[int64][]chan struct{}  // per task, oldest first
+	topics    map[string][]chan struct{} // other notifications (SubscribeTopic)
+	tickets   map[<-chan struct{}]int64  // a subscriber's ticket in its task's queue (SetTicket)
+	running   bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	ready     chan struct{} // closed once LISTEN is in place (or gave up for now)
+	probe     string        // payload of the delivery check (probeDelivery)
+	probeSent bool          // the delivery check was started (under mu)
+	arrived   chan struct{} // closed when the delivery check's notification arrives
+	onArrived func()        // closes arrived, once
+}
+
+// NotifierOptions configure a Notifier; the zero value listens on a connection opened like the
+// pool's.
+type NotifierOptions struct {
+	// OnError hears of every failure of the listener, with the delay before it tries again.
+	OnError func(err error, retryIn time.Duration)
+	// Listener, if not nil, configures the listening connection instead of the pool (whose hooks
+	// then do not run): the server itself when the pool goes through a transaction-pooling
+	// PgBouncer, which cannot carry a LISTEN.
+	Listener *pgx.ConnConfig
+	// Off: never listen. Subscribers are then woken only by this process (Pass), and poll.
+	Off bool
+	// OnUndelivered hears that a notification sent through the pool once the listener was in
+	// place did not reach it within ProbeTimeout (default 5s): notifications are lost on the way
+	// (the listener goes through a transaction pooler), so waiters of other processes are woken
+	// only by polling.
+	OnUndelivered func()
+	ProbeTimeout  time.Duration
 }
 
 // NewNotifier returns a Notifier listening on a connection of pool. onError (if not nil) hears
 // of every failure of the listener, with the delay before it tries again.
 func NewNotifier(pool *pgxpool.Pool, onError func(err error, retryIn time.Duration)) *Notifier {
+	return NewNotifierWith(pool, NotifierOptions{OnError: onError})
+}
+
+// NewNotifierWith returns a Notifier configured by opts; pool sends the delivery check's
+// notification (and is the listener's connection settings unless opts.Listener).
+func NewNotifierWith(pool *pgxpool.Pool, opts NotifierOptions) *Notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Notifier{pool: pool, onError: onError, subs: map[int64][]chan struct{}{}, topics: map[string][]chan struct{}{}, tickets: map[<-chan struct{}]int64{}, ctx: ctx, cancel: cancel}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 5 * time.Second
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	n := &Notifier{pool: pool, opts: opts, onError: opts.OnError, subs: map[int64][]chan struct{}{}, topics: map[string][]chan struct{}{},
+		tickets: map[<-chan struct{}]int64{}, ctx: ctx, cancel: cancel, probe: "probe:" + hex.EncodeToString(b[:]), arrived: make(chan struct{})}
+	n.onArrived = sync.OnceFunc(func() { close(n.arrived) })
+	return n
 }
 
 // Subscribe returns a channel that receives a value (coalesced) whenever taskID may have a free
@@ -101,7 +143,7 @@ func (n *Notifier) SubscribeTopic(topic string) (<-chan struct{}, func()) {
 
 // startLocked starts the listener unless it runs (or the Notifier is closed). Called with mu held.
 func (n *Notifier) startLocked() {
-	if !n.running && n.ctx.Err() == nil {
+	if !n.running && n.ctx.Err() == nil && !n.opts.Off {
 		n.running = true
 		n.done = make(chan struct{})
 		n.ready = make(chan struct{})
@@ -143,6 +185,7 @@ func (n *Notifier) Close() {
 	if done != nil {
 		<-done
 	}
+	n.probes.Wait()
 }
 
 func (n *Notifier) run() {
@@ -175,7 +218,12 @@ func (n *Notifier) run() {
 // and why it stopped.
 func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	cctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
-	conn, err := connectLike(cctx, n.pool)
+	var conn *pgx.Conn
+	if n.opts.Listener != nil {
+		conn, err = pgx.ConnectConfig(cctx, n.opts.Listener.Copy())
+	} else {
+		conn, err = connectLike(cctx, n.pool)
+	}
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("connect to LISTEN: %w", err)
@@ -189,16 +237,52 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 		return false, fmt.Errorf("LISTEN: %w", err)
 	}
 	ready()
+	n.startProbe()
 	for {
 		note, err := conn.WaitForNotification(n.ctx)
 		if err != nil {
 			return true, fmt.Errorf("wait for notifications: %w", err)
+		}
+		if note.Payload == n.probe {
+			n.onArrived()
+			continue
 		}
 		if id, offered, ok := parseSlotPayload(note.Payload); ok {
 			n.wakeOffered(id, offered)
 		} else {
 			n.wakeTopic(note.Payload)
 		}
+	}
+}
+
+// startProbe checks, on the first LISTEN only, that a notification sent through the pool
+// reaches the listener. Behind a transaction-pooling PgBouncer the LISTEN lands on a server
+// connection that goes back to the pool, and nothing arrives: a misconfiguration that cannot be
+// seen before connecting.
+func (n *Notifier) startProbe() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.probeSent || n.opts.OnUndelivered == nil || n.ctx.Err() != nil {
+		return
+	}
+	n.probeSent = true
+	n.probes.Add(1)
+	go n.probeDelivery()
+}
+
+func (n *Notifier) probeDelivery() {
+	defer n.probes.Done()
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.ProbeTimeout)
+	_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, n.probe)
+	cancel()
+	if err != nil {
+		return // the database is away: no conclusion
+	}
+	select {
+	case <-n.arrived:
+	case <-n.ctx.Done():
+	case <-time.After(n.opts.ProbeTimeout):
+		n.opts.OnUndelivered()
 	}
 }
 

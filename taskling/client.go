@@ -59,6 +59,15 @@ type Config struct {
 	// notification arrives (notifications are lost behind a transaction-pooling PgBouncer).
 	// Default 2s, at most 30s (a waiter's mark on the task, which makes releases notify, lasts 60s).
 	MaxPollInterval time.Duration
+	// Pooler names the pooler between pool and PostgreSQL: PoolerNone (default), or
+	// PoolerTransaction (or PoolerTransactionPrepared) for PgBouncer in transaction mode; see
+	// the README's PgBouncer paragraph. NewClient refuses a pool whose exec mode fails through it.
+	Pooler PoolerMode
+	// ListenerConnString (a URL or keyword/value string) names the PostgreSQL server itself,
+	// bypassing a transaction pooler, for the one connection on which the client LISTENs for
+	// freed slots; the pool's BeforeConnect and AfterConnect hooks do not run on it. Only with a
+	// transaction Pooler; without it such a client does not listen, and its waiters poll.
+	ListenerConnString string
 }
 
 // Client starts executions of tasks. It is safe for concurrent use; make one per process and
@@ -107,6 +116,10 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if cfg.MaxPollInterval < 0 || cfg.MaxPollInterval > 30*time.Second {
 		return nil, fmt.Errorf("%w: Config.MaxPollInterval is %s; want 0 (default 2s) up to 30s", ErrInvalidArgument, cfg.MaxPollInterval)
 	}
+	listener, err := cfg.listenerConfig(pool)
+	if err != nil {
+		return nil, err
+	}
 	defaults := librarySettings().over(cfg.Defaults)
 	if _, err := defaults.toStore("Config.Defaults"); err != nil {
 		return nil, err
@@ -134,9 +147,20 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	c := &Client{
 		pool:  pool,
 		store: store,
-		notifier: execution.NewNotifier(pool, func(err error, retryIn time.Duration) {
-			log.Warn("taskling: the notification listener failed; waiters poll until it is back",
-				zap.Error(err), zap.Duration("retry_in", retryIn))
+		notifier: execution.NewNotifierWith(pool, execution.NotifierOptions{
+			OnError: func(err error, retryIn time.Duration) {
+				log.Warn("taskling: the notification listener failed; waiters poll until it is back",
+					zap.Error(err), zap.Duration("retry_in", retryIn))
+			},
+			// Through a transaction pooler a LISTEN would land on a server connection that
+			// goes back to the pool: only a direct listener, else none (waiters poll).
+			Listener: listener,
+			Off:      cfg.Pooler.transaction() && listener == nil,
+			OnUndelivered: func() {
+				log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
+					"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
+					zap.Duration("max_poll_interval", maxPoll))
+			},
 		}),
 		log:      log,
 		host:     host,

@@ -28,6 +28,7 @@ type options struct {
 	only                        string
 	flow                        flowOptions
 	blocks                      time.Duration
+	pgbouncer                   time.Duration
 }
 
 func main() {
@@ -41,6 +42,7 @@ func main() {
 	flag.IntVar(&o.flow.submissions, "submissions", 10000, "submissions drained in the submission scenario")
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
+	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -99,8 +101,16 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("blocks: %w", err)
 		}
 	}
-	fmt.Println()
-	report(scenarios, results, hb)
+	var bouncer *bouncerResult
+	if o.pgbouncer > 0 {
+		if bouncer, err = env.pgbouncer(ctx, o.pgbouncer, o.runs, o.flow.handovers); err != nil {
+			return fmt.Errorf("pgbouncer: %w", err)
+		}
+	}
+	if len(scenarios) > 0 || hb != nil { // -only may leave none
+		fmt.Println()
+		report(scenarios, results, hb)
+	}
 	if flow != nil {
 		fmt.Println()
 		flow.print()
@@ -108,6 +118,10 @@ func run(ctx context.Context, o options) error {
 	if blocks != nil {
 		fmt.Println()
 		blocks.print()
+	}
+	if bouncer != nil {
+		fmt.Println()
+		bouncer.print()
 	}
 	return nil
 }
