@@ -78,7 +78,7 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs  sync.Map // "app\x00task" -> int64
+	taskIDs   sync.Map       // "app\x00task" -> int64
 	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
 	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
 
