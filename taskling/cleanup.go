@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +32,46 @@ type Retention struct {
 	Completed time.Duration
 	Failed    time.Duration
 	Blocked   time.Duration
+}
+
+// ParseKeep parses a keep setting as written in a config file or on the command line: "forever"
+// (KeepForever), a number of days such as "14d", or a Go duration such as "36h". It must be at
+// least MinKeep.
+func ParseKeep(s string) (time.Duration, error) {
+	if s == "forever" {
+		return KeepForever, nil
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n <= 0 || n > math.MaxInt64/int64(24*time.Hour) {
+			return 0, fmt.Errorf("%w: keep setting %q; want \"forever\", days such as \"14d\" or a duration such as \"36h\"", ErrInvalidSettings, s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("%w: keep setting %q; want \"forever\", days such as \"14d\" or a duration such as \"36h\"", ErrInvalidSettings, s)
+		}
+	}
+	if d < MinKeep {
+		return 0, fmt.Errorf("%w: keep setting %q is less than %s", ErrInvalidSettings, s, MinKeep)
+	}
+	return d, nil
+}
+
+// FormatKeep writes a keep setting as ParseKeep reads it: "forever", whole days as "14d", else a
+// Go duration.
+func FormatKeep(d time.Duration) string {
+	switch {
+	case d >= KeepForever-time.Microsecond: // stored in microseconds
+		return "forever"
+	case d > 0 && d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
 }
 
 func retentionOf(r execution.Retention) Retention {
