@@ -106,6 +106,8 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 			return rows.Err()
 		})
 	}
+	var timeline int32
+	b.Queue(timelineSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&timeline) })
 	b.Queue("COMMIT")
 	s.hb.mu.Lock()
 	defer s.hb.mu.Unlock()
@@ -121,8 +123,12 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 		s.hb.closeLocked(ctx)
 		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, err)
 	}
+	s.sawTimeline(timeline)
 	return lost, renewed, nil
 }
+
+// timelineSQL is taskling.timeline() written out: heartbeats also run on schemas older than it.
+const timelineSQL = `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer`
 
 // heartbeatConn is the connection heartbeats are sent on: one of their own, opened like the
 // pool's, so that a pool busy with token transactions (or exhausted by the application) never
