@@ -151,7 +151,7 @@ func (s *Store) ClearRetentionOverrides(ctx context.Context, taskID int64) error
 
 const retentionColumns = `r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
     r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
-    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, r.rows_deleted, r.claimed_until`
+    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0), r.claimed_until`
 
 func scanRetention(row pgx.Row) (RetentionState, error) {
 	var st RetentionState

@@ -392,3 +392,18 @@ e AS (
 )
 INSERT INTO taskling.execution_end (execution_id, ended_at, outcome) SELECT id, started_at + interval '1 second', 1 FROM e`, b.app, b.task, n)
 }
+
+// TestCleanupOfTasksWithoutARetentionRow: a task whose hosts never declared keep settings (it
+// was created before retention existed, or by an operator, and has not started since) has no
+// retention row; cleaning every task still works, with this client's settings for it.
+func TestCleanupOfTasksWithoutARetentionRow(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(withLimit(1)))
+	b.exec(t, `INSERT INTO taskling.task_definition (application_name, task_name) VALUES ($1, $2)`, b.app, b.task)
+	seedOldExecutions(t, b, 30)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.retention`))
+	res, err := b.client.Cleanup(b.ctx, "", "", nil)
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, taskling.CleanupCounts{Completed: 29}, res[0].Counts, "all but the latest")
+}
