@@ -8,7 +8,7 @@ export GO
 WITH_DB := scripts/with-db.sh
 ARGS ?=
 
-.PHONY: all test test-no-db demo bench chaos pg-start pg-stop pg-status fmt vet
+.PHONY: all test test-no-db demo bench scale chaos pg-start pg-stop pg-status fmt vet
 
 all: test
 
@@ -37,6 +37,11 @@ demo:
 ## bench: run the benchmark (ARGS="..." passes arguments).
 bench:
 	$(WITH_DB) $(GO) run ./internal/cmd/bench $(ARGS)
+
+## scale: issue 13's benchmark: 1 M executions over 1 000 tasks in a fresh database, reads,
+## cleanup and acquisitions during it (ARGS="..." passes arguments; -h lists them).
+scale:
+	$(WITH_DB) $(GO) run ./internal/cmd/scale $(ARGS)
 
 ## chaos: the long multi-process chaos tests.
 chaos:
