@@ -122,35 +122,55 @@ func containsInt(s []int, v int) bool {
 	return false
 }
 
-// Promote promotes the standby (pg_ctl promote) and returns once it accepts writes: a
-// transaction that gets a transaction id commits on it. The standby becomes the primary; there is
-// no standby until RebuildStandby. Called while the old primary still runs, it makes two
-// primaries: the caller kills the old one first.
-func (p *Pair) Promote(ctx context.Context) error {
+// Promote promotes the standby (pg_ctl promote) and returns once it accepts writes, with the
+// instant it began to: it polls pg_is_in_recovery() every 5 ms on a connection opened before
+// the promotion, and returns the send time of the last poll that found recovery in progress (no
+// write can have committed on it before; the first could commit within one poll after). The
+// standby becomes the primary; there is no standby until RebuildStandby. Called while the old
+// primary still runs, it makes two primaries: the caller kills the old one first.
+func (p *Pair) Promote(ctx context.Context) (time.Time, error) {
 	p.mu.Lock()
 	sb := p.standby
 	p.mu.Unlock()
 	if sb == nil {
-		return errors.New("pgcluster: no standby to promote")
+		return time.Time{}, errors.New("pgcluster: no standby to promote")
 	}
-	out, err := sb.PgCtl(ctx, "promote", "-w", "-t", "60", "-D", sb.dataDir)
+	cctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, sb.URL()+"&connect_timeout=5")
 	if err != nil {
-		return fmt.Errorf("pgcluster: pg_ctl promote: %w: %s", err, strings.TrimSpace(string(out)))
+		return time.Time{}, fmt.Errorf("pgcluster: connect to the standby: %w", err)
 	}
-	err = poll(ctx, readyTimeout, func() (bool, error) {
-		err := withNode(ctx, sb, func(conn *pgx.Conn) error {
-			_, err := conn.Exec(ctx, "SELECT pg_current_xact_id()")
-			return err
-		})
-		return err == nil, err
-	}, "the promoted standby to accept writes")
+	defer conn.Close(context.Background())
+	writable := time.Now()
+	out, err := sb.PgCtl(ctx, "promote", "-W", "-D", sb.dataDir)
 	if err != nil {
-		return err
+		return time.Time{}, fmt.Errorf("pgcluster: pg_ctl promote: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	for {
+		sent := time.Now()
+		var inRecovery bool
+		if err := conn.QueryRow(cctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+			return time.Time{}, fmt.Errorf("pgcluster: wait for the promotion: %w", err)
+		}
+		if !inRecovery {
+			break
+		}
+		writable = sent
+		select {
+		case <-cctx.Done():
+			return time.Time{}, fmt.Errorf("pgcluster: wait for the promotion: %w", cctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// A session opened during recovery may write once it ended.
+	if _, err := conn.Exec(cctx, "SELECT pg_current_xact_id()"); err != nil {
+		return time.Time{}, fmt.Errorf("pgcluster: write on the promoted standby: %w", err)
 	}
 	p.mu.Lock()
 	p.primary, p.standby = sb, nil
 	p.mu.Unlock()
-	return nil
+	return writable, nil
 }
 
 // RebuildStandby makes a new standby of the current primary (pg_basebackup into a new directory)

@@ -35,7 +35,7 @@ import (
 //	defer p.Close(context.Background())
 //	pool, err := pgxpool.New(ctx, p.URL("postgres"))
 //	killedAt, err := p.KillPrimary(ctx) // SIGKILL of the primary's every process
-//	err = p.Promote(ctx)                // the standby accepts writes on return
+//	writable, err := p.Promote(ctx)     // the standby accepts writes on return
 //	err = p.RebuildStandby(ctx)         // a new standby of the new primary, on the dead one's port
 type Pair struct {
 	opts     PairOptions

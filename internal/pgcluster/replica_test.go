@@ -92,8 +92,10 @@ func TestPairSynchronousFailoverKeepsEveryCommit(t *testing.T) {
 	for _, ch := range children {
 		require.False(t, processLive(ch), "child %d of the killed postmaster", ch)
 	}
-	require.NoError(t, p.Promote(ctx))
-	t.Logf("kill → writable: %s", time.Since(killed).Round(time.Millisecond))
+	writable, err := p.Promote(ctx)
+	require.NoError(t, err)
+	require.True(t, writable.After(killed))
+	t.Logf("kill → writable: %s", writable.Sub(killed).Round(time.Millisecond))
 	require.Same(t, second, p.Primary())
 	require.Nil(t, p.Standby())
 	require.Equal(t, 100, pairCount(t, url), "a synchronous standby has every acknowledged commit")
@@ -113,7 +115,8 @@ func TestPairSynchronousFailoverKeepsEveryCommit(t *testing.T) {
 	// A second failover, back to the first port.
 	_, err = p.KillPrimary(ctx)
 	require.NoError(t, err)
-	require.NoError(t, p.Promote(ctx))
+	_, err = p.Promote(ctx)
+	require.NoError(t, err)
 	require.Equal(t, 102, pairCount(t, url))
 	tl, err = Timeline(ctx, third)
 	require.NoError(t, err)
@@ -138,7 +141,8 @@ func TestPairAsynchronousFailoverLosesWhatTheStandbyMissed(t *testing.T) {
 	require.Equal(t, 1, pairCount(t, p.Standby().URL()), "replay is paused")
 	_, err := p.KillPrimary(ctx)
 	require.NoError(t, err)
-	require.NoError(t, p.Promote(ctx))
+	_, err = p.Promote(ctx)
+	require.NoError(t, err)
 	require.Equal(t, 2, pairCount(t, url))
 
 	// A paused walsender loses the commits made meanwhile.
@@ -149,7 +153,8 @@ func TestPairAsynchronousFailoverLosesWhatTheStandbyMissed(t *testing.T) {
 	lostOn := p.Primary()
 	_, err = p.KillPrimary(ctx)
 	require.NoError(t, err)
-	require.NoError(t, p.Promote(ctx))
+	_, err = p.Promote(ctx)
+	require.NoError(t, err)
 	require.Equal(t, 2, pairCount(t, url), "the commit the standby never received is lost")
 
 	// The killed primary still has it: Inspect starts it alone, on a port the URL does not name.
