@@ -103,6 +103,7 @@ func (r *Report) printCleanup(w io.Writer) {
 		e.Completed, e.Failed, e.Blocked, e.Instants, e.Events, e.Kept, e.ProtectedOld)
 	fmt.Fprintf(w, "  tables (executions, ends, events, indexes): %.0f MB before, %.0f MB after (space reused, not returned); %d events left; tasks skipped %d\n",
 		float64(r.TableBytes[0])/(1<<20), float64(r.TableBytes[1])/(1<<20), r.Check.EventsLeft, r.Skipped)
+	fmt.Fprintf(w, "  autovacuum runs on them by the end: %d; dead rows still in them: %d\n", r.Autovacuums, r.DeadRows)
 	if r.Check.OK() {
 		fmt.Fprintln(w, "  verification: OK (deleted exactly what retention lets go; every protected execution remains)")
 	} else {

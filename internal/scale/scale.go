@@ -63,6 +63,9 @@ type Report struct {
 	Skipped                                     int // tasks the cleanup skipped (claimed by another host: none expected)
 	Check                                       Check
 	TableBytes                                  [2]int64 // task_execution with its indexes and events, before and after
+	// Autovacuum runs of those tables once the run ended (the dead rows of the cleanup start them
+	// while it runs, and they weigh on what runs then), and the dead rows they still hold.
+	Autovacuums, DeadRows int64
 }
 
 // CleanupActive is the cleanup's running time (pauses excluded).
@@ -191,6 +194,11 @@ func Run(ctx context.Context, dbURL string, o Options, logf func(format string, 
 			return nil, err
 		}
 		r.After = &after
+	}
+	err = e.fleetPool.QueryRow(ctx, `SELECT sum(autovacuum_count), sum(n_dead_tup) FROM pg_stat_user_tables
+WHERE schemaname = 'taskling' AND relname IN ('task_execution', 'execution_end', 'task_execution_event')`).Scan(&r.Autovacuums, &r.DeadRows)
+	if err != nil {
+		return nil, err
 	}
 	return r, nil
 }
