@@ -43,7 +43,8 @@ bench:
 scale:
 	$(WITH_DB) $(GO) run ./internal/cmd/scale $(ARGS)
 
-## chaos: the long multi-process chaos tests.
+## chaos: the long multi-process chaos tests: faults of the workers and the server, and primary
+## failovers (a streaming standby, synchronous and asynchronous, promoted after a SIGKILL).
 chaos:
 	TASKLING_CHAOS=long $(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 40m -v ./taskling/
 	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./...

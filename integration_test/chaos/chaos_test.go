@@ -23,7 +23,7 @@
 // the short one; the section's queue is observed like the submissions' (checks a–g and m).
 //
 // TestChaosFailoverSync and TestChaosFailoverAsync (failover_test.go) run 3 processes × 4
-// goroutines (6 × 6 in the long profile) on a pool of 3 and a singleton against a primary with a
+// goroutines on a pool of 3 and a singleton against a primary with a
 // streaming standby, through a multi-host URL, and kill the primary with SIGKILL, promote the
 // standby and rebuild a standby from it: 2 failovers (sync) and 1 (async) in the short profile,
 // 10 each in the long one. The asynchronous run loses a grant on purpose in every failover

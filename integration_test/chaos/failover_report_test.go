@@ -78,9 +78,11 @@ type switchFigures struct {
 	down       time.Duration            // kill → the new primary accepts writes
 	firstGrant time.Duration            // kill → the first grant on the new primary (-1: none)
 	perTask    map[string]time.Duration // the same per task
-	// Holders at the kill: those that worked to their end and completed, those whose context
-	// was cancelled, and those that finished but whose Complete failed.
-	survived, cancelled, completeFailed int
+	// Holders at the kill: those that worked on past the new primary's first write (their lease
+	// renewed there) and completed, those whose context was cancelled, and those that finished
+	// their work during the outage and then returned their slot (Complete succeeded on the new
+	// primary) or could not (Complete failed; the slot reclaimed).
+	survived, cancelled, finishedReturned, finishedReclaimed int
 }
 
 func figuresOf(h checker.History, s checker.Switch, writable time.Time) switchFigures {
@@ -107,12 +109,14 @@ func figuresOf(h checker.History, s checker.Switch, writable time.Time) switchFi
 			continue // not holding at the kill
 		}
 		switch {
-		case hd.Reason == ledger.ReasonCompleted && hd.Result == ledger.ResultOK:
-			f.survived++
-		case hd.Reason == ledger.ReasonCompleted:
-			f.completeFailed++
-		default:
+		case hd.Reason != ledger.ReasonCompleted:
 			f.cancelled++
+		case hd.StopAt.After(writable) && hd.Result == ledger.ResultOK:
+			f.survived++
+		case hd.Result == ledger.ResultOK:
+			f.finishedReturned++
+		default:
+			f.finishedReclaimed++
 		}
 	}
 	return f
@@ -161,9 +165,10 @@ func (r *failoverRun) printFailover(h checker.History, rep checker.Report, renam
 		if r.rounds[i].slow {
 			kind = "slow"
 		}
-		fmt.Fprintf(&b, "  failover %d (%s): down %s, kill → first grant %s (pool %s, singleton %s); holders at the kill: %d survived, %d cancelled, %d ended their work in the outage (Complete failed)\n",
-			i+1, kind, f.down.Round(time.Millisecond), f.firstGrant.Round(time.Millisecond), f.perTask["pool"].Round(time.Millisecond),
-			f.perTask["singleton"].Round(time.Millisecond), f.survived, f.cancelled, f.completeFailed)
+		fmt.Fprintf(&b, "  failover %d (%s): down %s, kill → first grant %s (pool %s, singleton %s)\n", i+1, kind, f.down.Round(time.Millisecond),
+			f.firstGrant.Round(time.Millisecond), f.perTask["pool"].Round(time.Millisecond), f.perTask["singleton"].Round(time.Millisecond))
+		fmt.Fprintf(&b, "    holders at the kill: %d survived it, %d cancelled themselves, %d finished during the outage (%d returned the slot after it, %d had it reclaimed)\n",
+			f.survived, f.cancelled, f.finishedReturned+f.finishedReclaimed, f.finishedReturned, f.finishedReclaimed)
 		if l := r.rounds[i].lost; l != nil {
 			fmt.Fprintf(&b, "    lost on purpose: %s exec %d fence %d on %s, granted %s before the kill\n", l.Task, l.Exec, l.Fence, l.Host,
 				s.Killed.Sub(l.GrantedAt).Round(time.Millisecond))
