@@ -69,6 +69,11 @@ func (s *Store) noteReleased(req ReleaseRequest) {
 func (s *Store) sawEpoch(ep epoch) {
 	prev := s.epoch.Swap(&ep)
 	if prev != nil && prev.timeline != 0 && ep.timeline != 0 && (prev.timeline != ep.timeline || prev.sinceUS != ep.sinceUS) {
+		// Ids reserved from the old primary's sequence may come back from the new one's (it
+		// rewinds with lost WAL): drop them, and the rows cached from the old primary.
+		s.cache.mu.Lock()
+		s.cache.ids, s.cache.rows = nil, map[int64]taskRow{}
+		s.cache.mu.Unlock()
 		s.replayReleases()
 	}
 }

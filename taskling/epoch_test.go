@@ -106,3 +106,19 @@ func TestEpochsUpgradeHoldsNothing(t *testing.T) {
 	require.NoError(t, holder.Complete(ctx))
 	require.NoError(t, next.Complete(ctx))
 }
+
+// TestAHolderWhoseIdNamesAnotherExecutionLosesItsLease: a failover that lost commits rewinds the
+// execution id sequence, so a lost holder's id may name another session's execution on the new
+// primary. Its heartbeat must not count that row as its own: the lease is lost.
+func TestAHolderWhoseIdNamesAnotherExecutionLosesItsLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(withLimit(1)))
+	e := b.start(t, nil)
+	b.exec(t, `UPDATE taskling.task_execution SET session_id = session_id + 1000 WHERE id = $1`, e.ID())
+	select {
+	case <-e.Context().Done():
+		require.True(t, leaseLost(e))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the holder kept its lease on another session's row")
+	}
+}
