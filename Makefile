@@ -8,7 +8,7 @@ export GO
 WITH_DB := scripts/with-db.sh
 ARGS ?=
 
-.PHONY: all test test-no-db demo bench chaos pg-start pg-stop pg-status fmt vet
+.PHONY: all test test-no-db demo bench scale chaos pg-start pg-stop pg-status fmt vet
 
 all: test
 
@@ -38,7 +38,13 @@ demo:
 bench:
 	$(WITH_DB) $(GO) run ./internal/cmd/bench $(ARGS)
 
-## chaos: the long multi-process chaos tests.
+## scale: issue 13's benchmark: 1 M executions over 1 000 tasks in a fresh database, reads,
+## cleanup and acquisitions during it (ARGS="..." passes arguments; -h lists them).
+scale:
+	$(WITH_DB) $(GO) run ./internal/cmd/scale $(ARGS)
+
+## chaos: the long multi-process chaos tests: faults of the workers and the server, and primary
+## failovers (a streaming standby, synchronous and asynchronous, promoted after a SIGKILL).
 chaos:
 	TASKLING_CHAOS=long $(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 40m -v ./taskling/
 	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./...

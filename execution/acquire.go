@@ -40,8 +40,21 @@ FOR UPDATE OF d`
 const blockSQL = `(d.ctid::text::point)[0]::bigint`
 
 // clockSQL reads the DB clock once the locks are held (the lock statement computes its columns
-// before it waits for a lock), to judge liveness by.
-const clockSQL = `SELECT ` + usSQL
+// before it waits for a lock), to judge liveness by, and the timeline the server writes on with
+// its epoch (0012_epochs.sql): whether it is known, since when (0: no hold) and its fence base.
+const clockSQL = `SELECT ` + usSQL + `, t.tl, e.timeline IS NOT NULL,
+    coalesce(CASE WHEN e.since = '-infinity' THEN 0 ELSE (extract(epoch FROM e.since) * 1000000)::bigint END, 0),
+    coalesce(e.fence_base, 0)
+FROM (SELECT taskling.timeline() AS tl) t LEFT JOIN taskling.epoch e ON e.timeline = t.tl`
+
+// legacyClockSQL is clockSQL on a schema older than epochs (protocol 2, before the migration):
+// a known epoch with no hold and no fence base.
+const legacyClockSQL = `SELECT ` + usSQL + `, 0, true, 0::bigint, 0::bigint`
+
+// registerEpochSQL records a timeline seen for the first time: grants on it wait one threshold
+// from now, and its fences start above anything an older timeline handed out.
+const registerEpochSQL = `INSERT INTO taskling.epoch (timeline, since, fence_base)
+VALUES ($1::integer, clock_timestamp(), $1::integer::bigint << 40) ON CONFLICT (timeline) DO NOTHING`
 
 // reserveIDsSQL reserves the ids of the executions the transaction may insert.
 const reserveIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`
@@ -97,15 +110,24 @@ RETURNING ` + taskRowSQL
 
 // casTasksSQL is updateTasksSQL for decisions taken on cached rows: each row is written only if
 // it is still the version the decision was taken on (xmin, $9) under the same grant protocol ($10),
-// and only if no other transaction holds its lock: the fast path never waits for a lock, since a
+// and only if the server still writes on the timeline (with its epoch) the decision was taken
+// for, $11, and only if no other transaction holds its lock: the fast path never waits for a lock, since a
 // grant's lease is measured from before its round trip (the usual path, after the lock, takes it).
-const casTasksSQL = `
+const casTasksHead = `
 UPDATE taskling.task_definition d SET ` + updateTasksSet + `
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[])
     AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin)
 WHERE d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
-    AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
+    AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)`
+
+var (
+	casTasksSQL = casTasksHead + `
+    AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = taskling.timeline())
 RETURNING ` + taskRowSQL
+	// legacyCASTasksSQL is casTasksSQL on a schema older than epochs ($11 unused).
+	legacyCASTasksSQL = casTasksHead + ` AND $11::integer IS NOT NULL
+RETURNING ` + taskRowSQL
+)
 
 // writtenSQL holds for the task row whose id is %s once this transaction wrote it.
 const writtenSQL = `EXISTS (SELECT 1 FROM taskling.task_definition w

@@ -266,11 +266,18 @@ func (s *Store) runBatch(batch []*op) {
 			}
 		}
 		var need *errNeedLegacy
+		var newEpoch *errNewEpoch
 		switch {
 		case err == nil || errors.Is(err, errRollback):
 			s.transactions.Add(1)
 			s.operations.Add(int64(len(live)))
 			return
+		case errors.As(err, &newEpoch):
+			if rerr := s.registerEpoch(ctx, newEpoch.timeline); rerr != nil {
+				failAll(live, rerr)
+				return
+			}
+			continue // nothing was written
 		case errors.As(err, &need) && !legacyKnown(legacy, need.ids):
 			for _, id := range need.ids {
 				legacy[id] = true

@@ -19,7 +19,9 @@ import (
 // changes them bumps taskling.protocol; a binary older than the database refuses to grant.
 // Protocol 2: holders judged by the liveness terms in their task row and their process's
 // session heartbeat.
-const ProtocolVersion = 2
+// Protocol 3: after a failover to a new timeline, no grant for one death threshold and fences
+// in a new epoch (0012_epochs.sql).
+const ProtocolVersion = 3
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")
@@ -50,6 +52,8 @@ type txState struct {
 	waiters       bool  // someone waits for a slot: a freed one is announced
 	protocol      int   // the database's grant protocol
 	nowUS         int64 // the DB clock under the lock, µs since the Unix epoch
+	// epoch is the timeline the server writes on, as recorded in taskling.epoch.
+	epoch epoch
 	// heartbeats are the last heartbeats (µs) of the holders' and waiters' sessions; nil when
 	// not read (a transaction of releases only).
 	heartbeats map[int64]int64
@@ -64,6 +68,30 @@ type txState struct {
 	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
 	// that needs any of it fails with errBlind.
 	blind bool
+}
+
+// epoch is a timeline of the database (0012_epochs.sql). sinceUS is when it was first seen,
+// 0 for the timeline the schema was installed or upgraded on (no hold); grants wait one death
+// threshold after it. Fences on it start above base.
+type epoch struct {
+	timeline int32
+	sinceUS  int64
+	base     int64
+}
+
+// holdLeft is how long the epoch still holds grants with threshold, on the DB clock; errBlind
+// when the state cannot tell. A blind state's task was granted on this epoch already (its fence
+// reached the base) once the hold had passed.
+func (d *decider) holdLeft(threshold time.Duration) (time.Duration, error) {
+	e := d.st.epoch
+	switch {
+	case e.sinceUS == 0 || d.st.fence >= e.base:
+		return 0, nil
+	case d.st.blind:
+		return 0, errBlind
+	}
+	left := time.Duration(e.sinceUS+threshold.Microseconds()-d.st.nowUS) * time.Microsecond
+	return max(left, 0), nil
 }
 
 // errBlind: a decision on a cached state needed what only a read under the row lock tells.
@@ -391,10 +419,17 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		out.reclaim = append(out.reclaim, d.reclaim(id))
 	}
 
+	hold, err := d.holdLeft(res.Effective.Threshold())
+	if err != nil {
+		return err
+	}
 	var grant tokens.GrantResult
 	switch {
 	case req.Idempotent && req.ReferenceValue != nil && d.duplicate(*req.ReferenceValue):
 		res.Denied = DeniedDuplicate
+	case hold > 0:
+		// A new timeline: holders of grants it lost may still run until their threshold.
+		res.Denied, res.NextExpiry = DeniedLimit, hold
 	case !d.queueAllows(req, execID, res):
 		res.Denied = DeniedLimit
 	default:
@@ -404,7 +439,7 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	}
 	switch {
 	case grant.Granted:
-		d.plan.fence++
+		d.plan.fence = max(d.plan.fence, d.st.epoch.base) + 1
 		res.ExecutionID, res.Fence, res.TokenID = execID, d.plan.fence, grant.TokenID
 		if grant.Reclaimed != 0 {
 			out.reclaim = append(out.reclaim, d.reclaim(grant.Reclaimed))

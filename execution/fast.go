@@ -97,7 +97,7 @@ func fastEligible(ops []*op) bool {
 }
 
 // fastPlans decides ops on the cached rows; ok is false when any task's decision needs more.
-func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows map[int64]taskRow, ok bool) {
+func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows map[int64]taskRow, ep *epoch, ok bool) {
 	acquires := 0
 	for _, ops := range tasks {
 		for _, o := range ops {
@@ -112,20 +112,24 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 		r, known := s.cache.rows[id]
 		if !known {
 			s.cache.mu.Unlock()
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		rows[id] = r
 	}
 	s.cache.mu.Unlock()
 	ids, enough := s.cache.takeIDs(acquires)
 	if !enough {
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	taken := ids
 	plans = map[int64]*txPlan{}
+	ep = s.epoch.Load() // the CAS checks that the server still writes on its timeline
+	if ep == nil {
+		return nil, nil, nil, false
+	}
 	for id, ops := range tasks {
 		st := rows[id].state
-		st.blind = true
+		st.blind, st.epoch = true, *ep
 		for _, o := range ops {
 			if o.acquire != nil {
 				st.reserved = append(st.reserved, ids[0])
@@ -137,11 +141,11 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 			s.cache.mu.Lock()
 			s.cache.ids = append(taken, s.cache.ids...) // unused: keep them, in order
 			s.cache.mu.Unlock()
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
 		plans[id] = &plan
 	}
-	return plans, rows, true
+	return plans, rows, ep, true
 }
 
 // hasErrors reports a request refused with an error of its own: the usual path reports those.
@@ -158,7 +162,7 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 	for _, o := range ops {
 		tasks[o.taskID()] = append(tasks[o.taskID()], o)
 	}
-	plans, rows, ok := s.fastPlans(tasks)
+	plans, rows, ep, ok := s.fastPlans(tasks)
 	if !ok {
 		return ops
 	}
@@ -167,7 +171,7 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 	var reserved []int64
 	err := s.runTx(ctx, func(ctx context.Context, t *txConn) error {
 		tx = t
-		return s.fastTx(ctx, t, tasks, rows, plans, written, &reserved)
+		return s.fastTx(ctx, t, tasks, rows, plans, ep.timeline, written, &reserved)
 	})
 	if err != nil {
 		s.forget(ops)
@@ -197,7 +201,7 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 
 // fastTx is the fast path's transaction: one round trip.
 func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, rows map[int64]taskRow, plans map[int64]*txPlan,
-	written map[int64]bool, reserved *[]int64) error {
+	timeline int32, written map[int64]bool, reserved *[]int64) error {
 	ids := make([]int64, 0, len(plans))
 	for id := range plans {
 		ids = append(ids, id)
@@ -212,7 +216,11 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 		protocol = rows[id].state.protocol
 	}
 	b := tx.begin()
-	b.Queue(casTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues, xmins, protocol).
+	cas := casTasksSQL
+	if !s.epochs.has.Load() {
+		cas = legacyCASTasksSQL
+	}
+	b.Queue(cas, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues, xmins, protocol, timeline).
 		Query(func(rows pgx.Rows) error {
 			return scanTaskRows(rows, func(r taskRow) {
 				written[r.id] = true

@@ -51,5 +51,8 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (ReleaseResult,
 	if err := o.err(); err != nil {
 		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, err)
 	}
+	if !req.Retry && !o.outcome.release.LeaseLost {
+		s.noteReleased(req)
+	}
 	return o.outcome.release, nil
 }

@@ -48,14 +48,15 @@ const (
 
 // heartbeatSQL renews the session, then — in a second statement, whose snapshot follows the
 // wait for any reclaim holding the session row's lock — reports the executions that ended or
-// vanished. A reclaim locks the session row and rechecks it, so either the reclaim sees this
+// vanished — or whose id now names another session's execution (a failover that lost commits
+// rewinds the id sequence). A reclaim locks the session row and rechecks it, so either the reclaim sees this
 // heartbeat (and aborts), or this heartbeat sees the reclaim.
 const (
 	renewSessionSQL = `UPDATE taskling.session SET last_heartbeat = clock_timestamp() WHERE id = $1`
 	lostSQL         = `
 SELECT x.id, CASE WHEN t.id IS NULL THEN 3 WHEN e.outcome = 3 THEN 1 ELSE 2 END
 FROM unnest($1::bigint[]) AS x(id)
-LEFT JOIN taskling.task_execution t ON t.id = x.id
+LEFT JOIN taskling.task_execution t ON t.id = x.id AND t.session_id IS NOT DISTINCT FROM $2
 LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
 WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
 	// cancelledSQL reports the submission runs among the executions whose submission an
@@ -80,7 +81,7 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 		return nil
 	})
 	if len(executions) > 0 {
-		b.Queue(lostSQL, executions).Query(func(rows pgx.Rows) error {
+		b.Queue(lostSQL, executions, session).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
 				var why int32
@@ -106,6 +107,8 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 			return rows.Err()
 		})
 	}
+	var timeline int32
+	b.Queue(timelineSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&timeline) })
 	b.Queue("COMMIT")
 	s.hb.mu.Lock()
 	defer s.hb.mu.Unlock()
@@ -121,8 +124,12 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 		s.hb.closeLocked(ctx)
 		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, err)
 	}
+	s.sawTimeline(timeline)
 	return lost, renewed, nil
 }
+
+// timelineSQL is taskling.timeline() written out: heartbeats also run on schemas older than it.
+const timelineSQL = `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer`
 
 // heartbeatConn is the connection heartbeats are sent on: one of their own, opened like the
 // pool's, so that a pool busy with token transactions (or exhausted by the application) never

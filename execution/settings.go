@@ -51,6 +51,8 @@ type Settings struct {
 	KeepAliveInterval       time.Duration
 	KeepAliveDeathThreshold time.Duration
 	OverrideThreshold       time.Duration
+	// Retention is not used by token transactions: hosts declare it to taskling.retention.
+	Retention Retention
 }
 
 // KeepAlive reports whether holders are judged by their heartbeats (else by their start time).
@@ -68,6 +70,11 @@ func (s Settings) Validate(source string) error {
 	}
 	if s.DeathMode != modeKeepAlive && s.DeathMode != modeOverride {
 		return fmt.Errorf("%w: DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, in, s.DeathMode)
+	}
+	if s.Retention != (Retention{}) {
+		if err := s.Retention.Validate(in); err != nil {
+			return err
+		}
 	}
 	if s.DeathMode == modeOverride {
 		if s.OverrideThreshold <= 0 {

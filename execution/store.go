@@ -36,6 +36,12 @@ type Store struct {
 	comb combiner
 	// cache holds task rows for the fast path (fast.go).
 	cache rowCache
+	// epoch is the server's timeline and its epoch, as the last token transaction read them.
+	epoch atomic.Pointer[epoch]
+	// epochs: whether the schema has taskling.epoch.
+	epochs epochSupport
+	// recent are the releases made lately, sent again after a failover (epoch.go).
+	recent recentReleases
 	// hb is the heartbeats' connection (session.go).
 	hb heartbeatConn
 

@@ -15,9 +15,10 @@ import (
 // bounded number of the executions started just before the window (those that ended or were
 // reclaimed in it).
 
-// timelineLookback is how many executions started before the window are looked at: those of
-// them that ended (or were reclaimed) inside the window are drawn and counted.
-const timelineLookback = 500
+// timelineLookback is how many granted executions started before the window are looked at: those
+// of them that ended (or were reclaimed) inside the window are drawn and counted. Denied starts
+// (blocked) never held a slot and are skipped, so a flood of denials does not hide a long run.
+const timelineLookback = 2000
 
 // timelineCandidatesSQL is the ids of the executions of task $1 that may overlap the window
 // starting at $2 (w.t_from), at most $3 of those started in it (the newest).
@@ -28,7 +29,7 @@ c AS (
      ORDER BY e.started_at DESC, e.id DESC LIMIT $3)
     UNION
     (SELECT e.id FROM taskling.task_execution e
-     WHERE e.task_id = $1 AND e.started_at < $2
+     WHERE e.task_id = $1 AND e.started_at < $2 AND NOT e.blocked
      ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
     UNION
     SELECT substring(h FROM '^E:([0-9]+),')::bigint
@@ -58,7 +59,7 @@ LIMIT $3`
 var timelineMinutesSQL = `
 WITH c AS (
     (SELECT e.id FROM taskling.task_execution e
-     WHERE e.task_id = $1 AND e.started_at < $2
+     WHERE e.task_id = $1 AND e.started_at < $2 AND NOT e.blocked
      ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
 ), starts AS (
     SELECT floor(extract(epoch FROM e.started_at) / 60)::bigint AS minute,

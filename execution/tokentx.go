@@ -120,6 +120,10 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	ended := map[int64]int16{}
 	var legacyRows map[int64]holder
 
+	clock, err := s.clockQuery(ctx)
+	if err != nil {
+		return nil, err
+	}
 	b := tx.begin()
 	b.Queue(lockTasksSQL, ids).Query(func(rows pgx.Rows) error {
 		return scanTaskRows(rows, func(r taskRow) {
@@ -128,7 +132,11 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		})
 	})
 	var nowUS int64
-	b.Queue(clockSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&nowUS) })
+	var ep epoch
+	var known bool
+	b.Queue(clock).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&nowUS, &ep.timeline, &known, &ep.sinceUS, &ep.base)
+	})
 	if acquires > 0 {
 		n := acquires
 		if s.cache.lowOnIDs() {
@@ -191,7 +199,14 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	if err := tx.send(ctx, b); err != nil {
 		return nil, err
 	}
+	if !known {
+		return nil, &errNewEpoch{timeline: ep.timeline}
+	}
+	s.sawEpoch(ep)
 	for _, id := range ids {
+		if st, ok := states[id]; ok && st.protocol >= 3 && !s.epochs.has.Load() {
+			s.epochs.known.Store(false) // migrated meanwhile: look again
+		}
 		st, ok := states[id]
 		if !ok {
 			continue
@@ -202,7 +217,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 				reserved = reserved[1:]
 			}
 		}
-		st.nowUS, st.heartbeats, st.claims, st.ended = nowUS, heartbeats, claims[id], ended
+		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
 		if legacyRows != nil {
 			st.legacy = legacyRows
 		} else if len(legacy) == 0 {
@@ -211,6 +226,22 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
+}
+
+// errNewEpoch: the server writes on a timeline taskling.epoch does not know yet (a failover or a
+// restore happened): it is recorded, and the transaction retried.
+type errNewEpoch struct{ timeline int32 }
+
+func (e *errNewEpoch) Error() string {
+	return fmt.Sprintf("the database writes on timeline %d, not seen before", e.timeline)
+}
+
+// registerEpoch records a timeline seen for the first time (registerEpochSQL).
+func (s *Store) registerEpoch(ctx context.Context, timeline int32) error {
+	if _, err := s.pool.Exec(ctx, registerEpochSQL, timeline); err != nil {
+		return fmt.Errorf("execution: record timeline %d: %w", timeline, err)
+	}
+	return nil
 }
 
 // writePlans runs round trip 2 and fills in what only the database knows (start times), then

@@ -12,7 +12,7 @@ import (
 
 // Backfill runs, in the calling goroutine and oldest first, every instant of app/task's
 // schedule in [from, to] that the scheduler has already decided (at or before its cursor) and
-// that has no execution yet: instants skipped or expired after an outage, for instance. It
+// that has no execution yet (nor had one that cleanup deleted): instants skipped or expired after an outage, for instance. It
 // needs the task registered on this client (Schedule) and never moves the cursor. Each run
 // waits for the task's slot. It returns the instants it ran; a run's error stops it.
 func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.Time) ([]time.Time, error) {
@@ -61,9 +61,17 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 	if err != nil {
 		return nil, err
 	}
-	have := make(map[time.Time]bool, len(existing))
+	// Instants whose executions cleanup deleted were decided too.
+	forgotten, err := c.store.ForgottenInstants(ctx, r.taskID, instants[0], instants[len(instants)-1])
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[time.Time]bool, len(existing)+len(forgotten))
 	for _, e := range existing {
 		have[e.ScheduledFor.UTC()] = true
+	}
+	for _, at := range forgotten {
+		have[at.UTC()] = true
 	}
 	var ran []time.Time
 	for _, t := range instants {

@@ -68,6 +68,10 @@ type Config struct {
 	// freed slots; the pool's BeforeConnect and AfterConnect hooks do not run on it. Only with a
 	// transaction Pooler; without it such a client does not listen, and its waiters poll.
 	ListenerConnString string
+	// CleanupInterval: how often at most each task's history is cleaned, fleet-wide, by its
+	// keep settings (every client takes part: each task is claimed by one host at a time).
+	// Default 5 minutes; at least 1s; negative turns this client's automatic cleanup off.
+	CleanupInterval time.Duration
 }
 
 // Client starts executions of tasks. It is safe for concurrent use; make one per process and
@@ -83,8 +87,9 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs  sync.Map // "app\x00task" -> int64
-	disputes sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
+	taskIDs   sync.Map       // "app\x00task" -> int64
+	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
+	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
 
 	sched scheduler    // cron registrations (schedule.go)
 	hb    *heartbeater // the session and its heartbeats (heartbeat.go)
@@ -139,6 +144,13 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	cleanupEvery := cfg.CleanupInterval
+	if cleanupEvery == 0 {
+		cleanupEvery = DefaultCleanupInterval
+	}
+	if cleanupEvery > 0 && cleanupEvery < time.Second {
+		return nil, fmt.Errorf("%w: Config.CleanupInterval is %s; want at least 1s, or negative for no automatic cleanup", ErrInvalidArgument, cleanupEvery)
+	}
 	maxPoll := cfg.MaxPollInterval
 	if maxPoll == 0 {
 		maxPoll = 2 * time.Second
@@ -171,6 +183,10 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	}
 	c.hb = newHeartbeater(c)
 	c.drain.init()
+	if cleanupEvery > 0 {
+		c.live.Add(1)
+		go c.cleanLoop(cleanupEvery)
+	}
 	return c, nil
 }
 
@@ -282,12 +298,22 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 	if err := update.toStore().ValidateFields(); err != nil {
 		return err // before the task row is created: a refused update writes nothing
 	}
+	if err := update.retention().ValidateFields(); err != nil {
+		return err
+	}
 	id, err := c.taskID(ctx, app, task)
 	if err != nil {
 		return err
 	}
-	if err := c.store.SetOverrides(ctx, id, update.toStore()); err != nil {
-		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
+	if o := update.toStore(); !o.IsZero() || update.retention().IsZero() {
+		if err := c.store.SetOverrides(ctx, id, o); err != nil {
+			return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
+		}
+	}
+	if r := update.retention(); !r.IsZero() {
+		if err := c.store.SetRetentionOverrides(ctx, id, r); err != nil {
+			return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
+		}
 	}
 	return nil
 }
@@ -303,6 +329,9 @@ func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
 		return err
 	}
 	if err := c.store.ClearOverrides(ctx, id); err != nil {
+		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
+	}
+	if err := c.store.ClearRetentionOverrides(ctx, id); err != nil {
 		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
 	}
 	return nil

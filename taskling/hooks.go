@@ -23,6 +23,8 @@ type Hooks struct {
 	LeaseLost func(app, task string)
 	// HeartbeatFailed: a heartbeat failed; it is retried.
 	HeartbeatFailed func(app, task string)
+	// Cleaned: one cleanup transaction of the task (automatic or Cleanup) deleted these rows.
+	Cleaned func(app, task string, deleted CleanupCounts)
 }
 
 // DenyReason says why a start was denied.
@@ -98,6 +100,14 @@ func (l *hookList) leaseLost(app, task string) {
 	l.each(func(h Hooks) {
 		if h.LeaseLost != nil {
 			h.LeaseLost(app, task)
+		}
+	})
+}
+
+func (l *hookList) cleaned(app, task string, deleted CleanupCounts) {
+	l.each(func(h Hooks) {
+		if h.Cleaned != nil {
+			h.Cleaned(app, task, deleted)
 		}
 	})
 }

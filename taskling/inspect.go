@@ -93,6 +93,24 @@ type ExecutionRef struct {
 type TaskDetail struct {
 	TaskInfo
 	Slots []Slot
+	// Retention is how long the task's history is kept and when it was last cleaned.
+	Retention TaskRetention
+}
+
+// TaskRetention is a task's retention: what is in force, where it comes from, and its cleanups.
+type TaskRetention struct {
+	// Keep is in force: Overrides over Declared (over this client's settings when no host declared).
+	Keep Retention
+	// Declared is what the task's hosts last declared (nil: none yet), and by which host.
+	Declared   *Retention
+	DeclaredBy string
+	// Overrides are the operator's (nil fields: not overridden).
+	Overrides struct{ Completed, Failed, Blocked *time.Duration }
+	// LastCleaned is when the last cleanup of the task started (nil: never); CleaningBy names the
+	// host cleaning it now ("" if none); RowsDeleted counts every cleanup's rows.
+	LastCleaned *time.Time
+	CleaningBy  string
+	RowsDeleted int64
 }
 
 // SlotStatus is the state of one slot.
@@ -316,6 +334,22 @@ func (c *Client) Task(ctx context.Context, app, task string) (TaskDetail, error)
 	for i, s := range slots {
 		d.Slots[i] = slotOf(s)
 	}
+	st, err := c.store.RetentionOf(ctx, sum.ID)
+	if err != nil {
+		return TaskDetail{}, err
+	}
+	keep, err := c.keepOf(ctx, execution.CleanupTask{TaskID: sum.ID, Application: app, Task: task, Retention: st})
+	if err != nil {
+		return TaskDetail{}, err
+	}
+	d.Retention = TaskRetention{Keep: retentionOf(keep), DeclaredBy: st.DeclaredBy, LastCleaned: st.LastCleaned,
+		CleaningBy: st.CleaningBy, RowsDeleted: st.RowsDeleted}
+	if st.Declared != nil {
+		r := retentionOf(*st.Declared)
+		d.Retention.Declared = &r
+	}
+	d.Retention.Overrides.Completed, d.Retention.Overrides.Failed, d.Retention.Overrides.Blocked =
+		st.Overrides.Completed, st.Overrides.Failed, st.Overrides.Blocked
 	return d, nil
 }
 

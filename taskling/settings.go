@@ -44,6 +44,10 @@ const (
 	MinKeepAliveInterval = execution.MinKeepAliveInterval
 	// MinThreshold is the shortest KeepAliveDeathThreshold or OverrideThreshold.
 	MinThreshold = execution.MinThreshold
+	// MinKeep is the shortest keep setting (KeepCompleted, KeepFailed, KeepBlocked).
+	MinKeep = execution.MinKeep
+	// KeepForever as a keep setting means "never delete" (it is about 292 years).
+	KeepForever = execution.KeepForever
 )
 
 // Library defaults (see the README's settings table).
@@ -54,6 +58,10 @@ const (
 	// DefaultSafetyMarginPercent of the death threshold is the local safety margin: an execution
 	// cancels its own context that long before any other host may judge it dead.
 	DefaultSafetyMarginPercent = 25
+	// History is kept 14 days after a completion, 40 after a failure or death, 1 after a denial.
+	DefaultKeepCompleted = 14 * 24 * time.Hour
+	DefaultKeepFailed    = 40 * 24 * time.Hour
+	DefaultKeepBlocked   = 24 * time.Hour
 )
 
 // TaskSettings configure a task. A zero field is not set at this layer and inherits from the
@@ -81,6 +89,15 @@ type TaskSettings struct {
 	// It must be less than the threshold minus the interval (Override mode: less than the
 	// threshold), or every execution would cancel itself before its first heartbeat.
 	LeaseSafetyMargin time.Duration
+	// KeepCompleted: how long after it ended a completed execution (with its events, blocks and
+	// items, and a completed submission) is kept before cleanup deletes it. Default 14 days;
+	// KeepForever keeps it forever; at least MinKeep. See the README's "Retention".
+	KeepCompleted time.Duration
+	// KeepFailed: the same for failed and dead executions (and dead or cancelled submissions).
+	// Default 40 days.
+	KeepFailed time.Duration
+	// KeepBlocked: how long a denied start (blocked execution) is kept. Default 1 day.
+	KeepBlocked time.Duration
 }
 
 // over returns s with every field set in top replacing it.
@@ -104,6 +121,15 @@ func (s TaskSettings) over(top TaskSettings) TaskSettings {
 	if top.LeaseSafetyMargin != 0 {
 		s.LeaseSafetyMargin = top.LeaseSafetyMargin
 	}
+	if top.KeepCompleted != 0 {
+		s.KeepCompleted = top.KeepCompleted
+	}
+	if top.KeepFailed != 0 {
+		s.KeepFailed = top.KeepFailed
+	}
+	if top.KeepBlocked != 0 {
+		s.KeepBlocked = top.KeepBlocked
+	}
 	return s
 }
 
@@ -113,6 +139,9 @@ func librarySettings() TaskSettings {
 		DeathMode:               DeathModeKeepAlive,
 		KeepAliveInterval:       DefaultKeepAliveInterval,
 		KeepAliveDeathThreshold: DefaultKeepAliveDeathThreshold,
+		KeepCompleted:           DefaultKeepCompleted,
+		KeepFailed:              DefaultKeepFailed,
+		KeepBlocked:             DefaultKeepBlocked,
 	}
 }
 
@@ -142,6 +171,12 @@ func (s TaskSettings) validateLayer(layer string) error {
 		return fmt.Errorf("%w: OverrideThreshold (%s) is negative (%s)", ErrInvalidSettings, layer, s.OverrideThreshold)
 	case s.LeaseSafetyMargin < 0:
 		return fmt.Errorf("%w: LeaseSafetyMargin (%s) is negative (%s)", ErrInvalidSettings, layer, s.LeaseSafetyMargin)
+	case s.KeepCompleted != 0 && s.KeepCompleted < MinKeep:
+		return fmt.Errorf("%w: KeepCompleted (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepCompleted, MinKeep)
+	case s.KeepFailed != 0 && s.KeepFailed < MinKeep:
+		return fmt.Errorf("%w: KeepFailed (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepFailed, MinKeep)
+	case s.KeepBlocked != 0 && s.KeepBlocked < MinKeep:
+		return fmt.Errorf("%w: KeepBlocked (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepBlocked, MinKeep)
 	case s.KeepAliveInterval > 0 && s.KeepAliveInterval < MinKeepAliveInterval:
 		return fmt.Errorf("%w: KeepAliveInterval (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.KeepAliveInterval, MinKeepAliveInterval)
 	case s.KeepAliveDeathThreshold > 0 && s.KeepAliveDeathThreshold < MinThreshold:
@@ -161,6 +196,7 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 		KeepAliveInterval:       s.KeepAliveInterval,
 		KeepAliveDeathThreshold: s.KeepAliveDeathThreshold,
 		OverrideThreshold:       s.OverrideThreshold,
+		Retention:               execution.Retention{Completed: s.KeepCompleted, Failed: s.KeepFailed, Blocked: s.KeepBlocked},
 	}
 	if err := es.Validate(layer); err != nil {
 		return es, err
@@ -224,6 +260,14 @@ type SettingsUpdate struct {
 	KeepAliveInterval       *time.Duration
 	KeepAliveDeathThreshold *time.Duration
 	OverrideThreshold       *time.Duration
+	// Keep settings (see TaskSettings.KeepCompleted): how long cleanup keeps the task's history.
+	KeepCompleted *time.Duration
+	KeepFailed    *time.Duration
+	KeepBlocked   *time.Duration
+}
+
+func (u SettingsUpdate) retention() execution.RetentionOverrides {
+	return execution.RetentionOverrides{Completed: u.KeepCompleted, Failed: u.KeepFailed, Blocked: u.KeepBlocked}
 }
 
 func (u SettingsUpdate) toStore() execution.Overrides {

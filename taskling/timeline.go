@@ -47,7 +47,7 @@ type TaskTimeline struct {
 // TaskTimeline returns app/task's slot use over the last window (at most a day): the executions
 // that held a slot, at most maxBars (1 to MaxTimelineBars) of the newest, and the grants, denials
 // and reclaims per minute. Executions that started before the window and ended in it are found
-// among the few hundred started just before it. It returns an error wrapping ErrNotFound when the
+// among the 2 000 granted just before it. It returns an error wrapping ErrNotFound when the
 // task does not exist.
 func (c *Client) TaskTimeline(ctx context.Context, app, task string, window time.Duration, maxBars int) (TaskTimeline, error) {
 	if err := validateTask(app, task); err != nil {

@@ -70,7 +70,12 @@ func golden(t *testing.T, name, got string) {
 	got = timestamps.ReplaceAllString(got, "YYYY-MM-DDThh:mm:ssZ")
 	got = ages.ReplaceAllString(got, "N.Ns")
 	got = slotIDs.ReplaceAllString(got, "SLOT-ID   ")
-	got = execIDs.ReplaceAllStringFunc(got, func(id string) string { return digits.ReplaceAllString(id, "N") })
+	got = execIDs.ReplaceAllStringFunc(got, func(id string) string {
+		if strings.HasPrefix(id, "#") {
+			return "#N" // in a column wider than any id: its width does not move the others
+		}
+		return digits.ReplaceAllString(id, "N")
+	})
 	path := filepath.Join("testdata", name+".golden")
 	if *update {
 		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))

@@ -61,7 +61,7 @@ func newRootCommand(e *env) *cobra.Command {
 	root.PersistentFlags().StringVar(&e.databaseURL, "database-url", "", "PostgreSQL URL (default $TASKLING_DATABASE_URL)")
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&e.timeout, "timeout", 30*time.Second, "time limit of a command's database work (not of serve)")
-	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newBlocksCommand(e), newServeCommand(e))
+	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newBlocksCommand(e), newCleanupCommand(e), newServeCommand(e))
 	// Unknown subcommands of a command group are usage errors too.
 	for _, c := range root.Commands() {
 		if !c.Runnable() {
@@ -96,6 +96,15 @@ func noArgs(cmd *cobra.Command, args []string) error {
 func exactArgs(n int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
+			return usageErrorf("%s takes %s; got %d arguments", cmd.CommandPath(), what, len(args))
+		}
+		return nil
+	}
+}
+
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
 			return usageErrorf("%s takes %s; got %d arguments", cmd.CommandPath(), what, len(args))
 		}
 		return nil

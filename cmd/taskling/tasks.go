@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -105,9 +106,10 @@ func newTasksSetCommand(e *env) *cobra.Command {
 		disable   bool
 		enable    bool
 		threshold time.Duration
+		keeps     [3]string
 	)
 	cmd := &cobra.Command{
-		Use:   "set APP/TASK [--limit N] [--disable | --enable] [--keep-alive-threshold D]",
+		Use:   "set APP/TASK [--limit N] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
 		Short: "Store operator overrides; the next start on every host obeys them",
 		Long: `Store operator overrides in the task's row. They win over every host's declared settings
 until 'taskling tasks clear'; the next start on every host obeys them. Lowering the limit
@@ -141,8 +143,19 @@ the first run.`,
 				}
 				u.KeepAliveDeathThreshold = &threshold
 			}
+			for i, dst := range []**time.Duration{&u.KeepCompleted, &u.KeepFailed, &u.KeepBlocked} {
+				name := [...]string{"keep-completed", "keep-failed", "keep-blocked"}[i]
+				if !flags.Changed(name) {
+					continue
+				}
+				d, err := taskling.ParseKeep(keeps[i])
+				if err != nil {
+					return usageErrorf("--%s: %v", name, err)
+				}
+				*dst = &d
+			}
 			if u == (taskling.SettingsUpdate{}) {
-				return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold")
+				return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
 				if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
@@ -156,6 +169,9 @@ the first run.`,
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
 	cmd.Flags().BoolVar(&enable, "enable", false, "enable the task, whatever its declared settings")
 	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
+	cmd.Flags().StringVar(&keeps[0], "keep-completed", "", `KeepCompleted: keep completed executions this long ("14d", "36h" or "forever")`)
+	cmd.Flags().StringVar(&keeps[1], "keep-failed", "", "KeepFailed: keep failed and dead executions this long")
+	cmd.Flags().StringVar(&keeps[2], "keep-blocked", "", "KeepBlocked: keep denied starts this long")
 	return cmd
 }
 
@@ -181,6 +197,23 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		t.row(task.Application+"/"+task.Task, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), enabledText(task.Enabled), last)
 	}
 	return t.flush()
+}
+
+// retentionText: the keep settings in force, which an operator overrides, and the cleanups.
+func retentionText(r httpapi.Retention) string {
+	s := fmt.Sprintf("completed %s, failed %s, blocked %s", r.KeepCompleted, r.KeepFailed, r.KeepBlocked)
+	if len(r.Overridden) > 0 {
+		s += " (override: " + strings.Join(r.Overridden, ", ") + ")"
+	}
+	if r.LastCleaned != nil {
+		s += fmt.Sprintf("; last cleaned %s, %d rows deleted in all", clock(*r.LastCleaned), r.RowsDeleted)
+	} else {
+		s += "; never cleaned"
+	}
+	if r.CleaningBy != nil {
+		s += "; being cleaned by " + *r.CleaningBy
+	}
+	return s
 }
 
 func enabledText(p *bool) string {
@@ -223,6 +256,7 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	if o := d.Overrides.KeepAliveDeathThreshold; o != nil {
 		fmt.Fprintf(w, "Keep-alive threshold: %s (override)\n", *o)
 	}
+	fmt.Fprintf(w, "Retention: %s\n", terminalSafe(retentionText(d.Retention)))
 	fmt.Fprintln(w)
 	if len(d.Slots) == 0 {
 		_, err := fmt.Fprintln(w, "No slots yet.")

@@ -21,6 +21,13 @@
 // critical section with timeouts (tiny ones for every fourth goroutine) and SIGKILLs a process
 // while it holds the section: 12 kills over 3 minutes in the long profile, 2 over 12 seconds in
 // the short one; the section's queue is observed like the submissions' (checks a–g and m).
+//
+// TestChaosFailoverSync and TestChaosFailoverAsync (failover_test.go) run 3 processes × 4
+// goroutines on a pool of 3 and a singleton against a primary with a
+// streaming standby, through a multi-host URL, and kill the primary with SIGKILL, promote the
+// standby and rebuild a standby from it: 2 failovers (sync) and 1 (async) in the short profile,
+// 10 each in the long one. The asynchronous run loses a grant on purpose in every failover
+// (check h).
 package chaos
 
 import (

@@ -416,6 +416,11 @@ func readLedgers(t *testing.T, dir string) ledgerHistory {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ledgerFrom(t, evs)
+}
+
+// ledgerFrom is what the events of the ledgers say (readLedgers).
+func ledgerFrom(t *testing.T, evs []ledger.Event) ledgerHistory {
 	var lh ledgerHistory
 	holds := map[int64]*checker.Hold{}
 	var order []int64
@@ -427,7 +432,7 @@ func readLedgers(t *testing.T, dir string) ledgerHistory {
 				continue
 			}
 			holds[e.Exec] = &checker.Hold{Exec: e.Exec, Task: e.Task, Host: e.Host, Fence: e.Fence, ReturnedAt: e.At,
-				Submission: e.Submission, Attempt: e.Attempt}
+				Submission: e.Submission, Attempt: e.Attempt, GrantedAt: e.GrantedAt}
 			order = append(order, e.Exec)
 		case ledger.KindStop:
 			if hd := holds[e.Exec]; hd != nil {

@@ -37,6 +37,11 @@
 //	(m) critical sections: each section grant belongs to an execution that asked for it, a wait
 //	    times out on time and does not hold the line, and a killed holder's section is taken
 //	    again promptly; see checkSection (checks a–g apply to the section's hidden task too).
+//	(h) failover: a grant lost when the primary died (the new primary never had it) was held by
+//	    a holder that stopped before the new primary granted its task again, and that grant came
+//	    only once the lost holder was dead by the database's rule; see checkFailover. Lost grants
+//	    count in (a) and, when a holder saw them, in (b): a fence seen before a switch is never
+//	    handed out again after it.
 //
 // # The limit in force
 //
@@ -79,6 +84,15 @@ type Grant struct {
 	// Priority of its start, or its submission's). Used by check (g).
 	Session  int64
 	Priority int
+	// Lost: committed on a primary that died, and missing from the primary that took over (an
+	// asynchronous standby had not received it). It never ends in the database: its slot ceased
+	// to exist at the switch (check h). See MergeTimelines.
+	Lost bool
+	// LostCompletion is when a primary that died recorded the grant's completion, which the
+	// primary that took over never had (zero: none). The holder's Complete succeeded then; the
+	// new primary still counted the slot as held, until it reclaimed it (a slot kept too long,
+	// never one handed out twice).
+	LostCompletion time.Time
 }
 
 // Hold is what a worker's ledger says about one of its grants.
@@ -97,6 +111,9 @@ type Hold struct {
 	// Submission and Attempt: the submission attempt the holder ran under Work (0: none).
 	Submission int64
 	Attempt    int
+	// GrantedAt is the grant time StartExecution returned (the database's started_at); it tells
+	// apart two grants of one execution id across a failover (see MergeTimelines).
+	GrantedAt time.Time
 }
 
 // LimitChange is an operator override of a task's limit, committed within [Start, End].
@@ -150,6 +167,9 @@ type History struct {
 	// Blocks is a blocks run (check k); Section a critical-section run (check m). nil: none.
 	Blocks  *BlockRun
 	Section *SectionRun
+	// Switches are the run's database failovers, in order (check h). With any, the task rows'
+	// fences need not count the grants: they may jump at a switch.
+	Switches []Switch
 }
 
 // Violation is one broken promise.
@@ -189,6 +209,9 @@ type Report struct {
 	// Blocks and Section are the figures of checks (k) and (m), when run.
 	Blocks  BlockFigures
 	Section SectionFigures
+	// Lost counts, per task, the grants lost in a failover that a holder saw; LostUnseen those
+	// no holder saw (the commit's reply never reached its caller).
+	Lost, LostUnseen map[string]int
 }
 
 func (r *Report) add(check, task string, exec int64, format string, args ...any) {
@@ -198,7 +221,8 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 // Check runs every check on h.
 func Check(h History) Report {
 	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
-		QueueJudged: map[string]int{}, Skipped: map[string]int{}, Requeued: map[string]int{}, Displaced: map[string]int{}},
+		QueueJudged: map[string]int{}, Skipped: map[string]int{}, Requeued: map[string]int{}, Displaced: map[string]int{},
+		Lost: map[string]int{}, LostUnseen: map[string]int{}},
 		changes: map[string][]LimitChange{}}
 	c.index()
 	byTask := c.holdIntervals()
@@ -215,6 +239,7 @@ func Check(h History) Report {
 	c.checkSubmissions()
 	c.checkBlocks()
 	c.checkSection()
+	c.checkFailover()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
 	return c.r
 }
@@ -295,11 +320,11 @@ func (c *checkRun) holdIntervals() map[string][]interval {
 			if !end.Before(g.ReclaimedAt) {
 				r.add("e", hd.Task, hd.Exec, "holder on %s worked until %s, after its slot was reclaimed at %s", hd.Host, ts(end), ts(g.ReclaimedAt))
 			}
-			if hd.Result == ledger.ResultOK {
+			if hd.Result == ledger.ResultOK && (g.LostCompletion.IsZero() || !g.LostCompletion.Before(g.ReclaimedAt)) {
 				r.add("e", hd.Task, hd.Exec, "Complete succeeded although the execution had been reclaimed at %s", ts(g.ReclaimedAt))
 			}
 		}
-		if hd.Result == ledger.ResultOK && g.CompletedAt.IsZero() {
+		if hd.Result == ledger.ResultOK && g.CompletedAt.IsZero() && g.LostCompletion.IsZero() {
 			r.add("c", hd.Task, hd.Exec, "Complete succeeded but the database has no completion")
 		}
 		r.Holders[hd.Task]++
@@ -362,24 +387,46 @@ func (c *checkRun) checkFences() {
 	r := &c.r
 	perTask := map[string][]*Grant{}
 	for _, g := range c.grants {
+		if _, seen := c.holds[g.Exec]; g.Lost && !seen {
+			continue // a lost grant nobody saw: its fence reached no one
+		}
 		perTask[g.Task] = append(perTask[g.Task], g)
 	}
 	for task, gs := range perTask {
 		sort.Slice(gs, func(i, j int) bool { return gs[i].GrantedAt.Before(gs[j].GrantedAt) })
 		for i := 1; i < len(gs); i++ {
 			if gs[i].Fence <= gs[i-1].Fence {
-				r.add("b", task, gs[i].Exec, "fence %d granted at %s after fence %d (exec %d) granted at %s",
-					gs[i].Fence, ts(gs[i].GrantedAt), gs[i-1].Fence, gs[i-1].Exec, ts(gs[i-1].GrantedAt))
+				lost := ""
+				if gs[i-1].Lost {
+					lost = ", lost in a failover: its fence handed out again"
+				}
+				r.add("b", task, gs[i].Exec, "fence %d granted at %s after fence %d (exec %d%s) granted at %s",
+					gs[i].Fence, ts(gs[i].GrantedAt), gs[i-1].Fence, gs[i-1].Exec, lost, ts(gs[i-1].GrantedAt))
 			}
 		}
-		if st, ok := c.h.After[task]; ok {
-			if n := int64(len(gs)); st.Fence != n {
-				r.add("d", task, 0, "task row fence is %d but the database recorded %d grants", st.Fence, n)
-			}
-			if last := gs[len(gs)-1].Fence; st.Fence != last {
-				r.add("d", task, 0, "task row fence is %d but the last grant has fence %d", st.Fence, last)
-			}
+		c.checkRowFence(task, gs)
+	}
+}
+
+// checkRowFence is check (d) on a task's fence after the sweep: it is the last grant's, and
+// without a failover it counts the grants (a switch may make it jump).
+func (c *checkRun) checkRowFence(task string, gs []*Grant) {
+	r := &c.r
+	st, ok := c.h.After[task]
+	if !ok {
+		return
+	}
+	if n := int64(len(gs)); len(c.h.Switches) == 0 && st.Fence != n {
+		r.add("d", task, 0, "task row fence is %d but the database recorded %d grants", st.Fence, n)
+	}
+	for i := len(gs) - 1; i >= 0; i-- {
+		if gs[i].Lost {
+			continue // the row is the new primary's
 		}
+		if last := gs[i].Fence; st.Fence != last {
+			r.add("d", task, 0, "task row fence is %d but the last grant has fence %d", st.Fence, last)
+		}
+		return
 	}
 }
 
@@ -387,6 +434,9 @@ func (c *checkRun) checkFences() {
 func (c *checkRun) checkEnds() {
 	r := &c.r
 	for _, g := range c.h.Grants {
+		if g.Lost {
+			continue // check (h)
+		}
 		if _, ok := c.holds[g.Exec]; !ok {
 			r.Unrecorded[g.Task]++
 		}

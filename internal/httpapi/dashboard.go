@@ -48,6 +48,7 @@ var templateFuncs = template.FuncMap{
 	},
 	"deref_bool": func(p *bool) bool { return p != nil && *p },
 	"clock":      clock,
+	"join":       strings.Join,
 	"ratio":      Percent,
 	"blockSpan":  blockSpan,
 	"percent": func(done, total *int64) string {

@@ -110,7 +110,7 @@ func LoadTask(ctx context.Context, c *taskling.Client, app, task string) (TaskDe
 	if err != nil {
 		return TaskDetail{}, err
 	}
-	return TaskDetail{Task: NewTask(d.TaskInfo), Slots: NewSlots(d.Slots)}, nil
+	return TaskDetail{Task: NewTask(d.TaskInfo), Slots: NewSlots(d.Slots), Retention: NewRetention(d.Retention)}, nil
 }
 
 // ExecutionsQuery selects a page of a task's executions.

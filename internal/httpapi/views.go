@@ -66,7 +66,42 @@ type LastExecution struct {
 // TaskDetail is one task with its slots.
 type TaskDetail struct {
 	Task
-	Slots []Slot `json:"slots"`
+	Slots     []Slot    `json:"slots"`
+	Retention Retention `json:"retention"`
+}
+
+// Retention is a task's keep settings ("14d", "36h", "forever") and its cleanups.
+type Retention struct {
+	KeepCompleted string `json:"keep_completed"`
+	KeepFailed    string `json:"keep_failed"`
+	KeepBlocked   string `json:"keep_blocked"`
+	// Overridden lists the keep settings an operator overrides ("completed", "failed", "blocked").
+	Overridden  []string   `json:"overridden"`
+	DeclaredBy  *string    `json:"declared_by"` // null: no host declared keep settings yet
+	LastCleaned *time.Time `json:"last_cleaned_at"`
+	CleaningBy  *string    `json:"cleaning_by"`
+	RowsDeleted int64      `json:"rows_deleted"`
+}
+
+// NewRetention converts a task's retention.
+func NewRetention(r taskling.TaskRetention) Retention {
+	out := Retention{KeepCompleted: taskling.FormatKeep(r.Keep.Completed), KeepFailed: taskling.FormatKeep(r.Keep.Failed),
+		KeepBlocked: taskling.FormatKeep(r.Keep.Blocked), Overridden: []string{}, LastCleaned: r.LastCleaned, RowsDeleted: r.RowsDeleted}
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{{"completed", r.Overrides.Completed != nil}, {"failed", r.Overrides.Failed != nil}, {"blocked", r.Overrides.Blocked != nil}} {
+		if o.set {
+			out.Overridden = append(out.Overridden, o.name)
+		}
+	}
+	if r.Declared != nil {
+		out.DeclaredBy = &r.DeclaredBy
+	}
+	if r.CleaningBy != "" {
+		out.CleaningBy = &r.CleaningBy
+	}
+	return out
 }
 
 // Slot is one slot and its holder.

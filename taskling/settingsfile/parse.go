@@ -26,6 +26,9 @@ type layer struct {
 	KeepAliveDeathThreshold *string `toml:"keep_alive_death_threshold"`
 	OverrideThreshold       *string `toml:"override_threshold"`
 	LeaseSafetyMargin       *string `toml:"lease_safety_margin"`
+	KeepCompleted           *string `toml:"keep_completed"`
+	KeepFailed              *string `toml:"keep_failed"`
+	KeepBlocked             *string `toml:"keep_blocked"`
 }
 
 type appTable struct {
@@ -58,7 +61,8 @@ func (s setting) over(top setting) setting {
 	}
 	for _, f := range []struct{ dst, src *time.Duration }{{&s.KeepAliveInterval, &t.KeepAliveInterval},
 		{&s.KeepAliveDeathThreshold, &t.KeepAliveDeathThreshold}, {&s.OverrideThreshold, &t.OverrideThreshold},
-		{&s.LeaseSafetyMargin, &t.LeaseSafetyMargin}} {
+		{&s.LeaseSafetyMargin, &t.LeaseSafetyMargin}, {&s.KeepCompleted, &t.KeepCompleted},
+		{&s.KeepFailed, &t.KeepFailed}, {&s.KeepBlocked, &t.KeepBlocked}} {
 		if *f.src != 0 {
 			*f.dst = *f.src
 		}
@@ -105,7 +109,7 @@ func load(path string) (*file, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		k := undecoded[0]
-		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin")
+		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin, keep_completed, keep_failed, keep_blocked")
 	}
 	f := &file{apps: map[string]setting{}, tasks: map[[2]string]setting{}}
 	check := func(table []string, l layer) (setting, error) {
@@ -186,6 +190,21 @@ func decodeLayer(table []string, l layer, bad func([]string, string, ...any) err
 		v, err := time.ParseDuration(*d.v)
 		if err != nil || v <= 0 {
 			return s, bad(key(d.name), "is %q; want a positive duration such as \"30s\" or \"2h\"", *d.v)
+		}
+		*d.dst = v
+	}
+	for _, d := range []struct {
+		name string
+		v    *string
+		dst  *time.Duration
+	}{{"keep_completed", l.KeepCompleted, &s.KeepCompleted}, {"keep_failed", l.KeepFailed, &s.KeepFailed},
+		{"keep_blocked", l.KeepBlocked, &s.KeepBlocked}} {
+		if d.v == nil {
+			continue
+		}
+		v, err := taskling.ParseKeep(*d.v)
+		if err != nil {
+			return s, bad(key(d.name), "is %q; want \"forever\", days such as \"14d\" or a duration of at least %s", *d.v, taskling.MinKeep)
 		}
 		*d.dst = v
 	}

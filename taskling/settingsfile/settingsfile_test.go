@@ -75,12 +75,24 @@ func TestTasksInheritFromTheirApplicationAndTheFilesDefaults(t *testing.T) {
 	require.Equal(t, 30*time.Second, other.KeepAliveDeathThreshold)
 }
 
+func TestKeepSettingsReadDaysDurationsAndForever(t *testing.T) {
+	src, _ := open(t, "[defaults]\nkeep_completed = \"30d\"\n[applications.audit]\nkeep_completed = \"forever\"\nkeep_blocked = \"36h\"\n")
+	d := settings(t, src, "other", "task")
+	require.Equal(t, 30*24*time.Hour, d.KeepCompleted)
+	a := settings(t, src, "audit", "task")
+	require.Equal(t, taskling.KeepForever, a.KeepCompleted)
+	require.Equal(t, 36*time.Hour, a.KeepBlocked)
+	require.Zero(t, a.KeepFailed, "unset: the layers below decide")
+}
+
 func TestABadFileIsRefusedNamingFileLineAndKey(t *testing.T) {
 	for _, tc := range []struct{ name, text, want string }{
 		{"syntax", "[defaults\nconcurrency_limit = 1\n", ":2: expected '.' or ']'"},
 		{"unknown key", "[applications.billing]\nconcurency_limit = 2\n", `:2: applications.billing.concurency_limit: unknown key`},
 		{"out of bounds", "[applications.billing.tasks.export]\n\nconcurrency_limit = 0\n", `:3: applications.billing.tasks.export.concurrency_limit: is 0; want -1 (unlimited) or 1 to 10000`},
 		{"bad duration", "[defaults]\nkeep_alive_interval = \"soon\"\n", `:2: defaults.keep_alive_interval: is "soon"`},
+		{"bad keep", "[defaults]\nkeep_failed = \"a while\"\n", `:2: defaults.keep_failed: is "a while"; want "forever"`},
+		{"short keep", "[applications.a]\nkeep_blocked = \"30s\"\n", `:2: applications.a.keep_blocked: is "30s"`},
 		{"bad mode", "[applications.a.tasks.\"b c\"]\ndeath_mode = \"never\"\n", `:2: applications.a.tasks."b c".death_mode: is "never"`},
 		{"combination", "[defaults]\nkeep_alive_interval = \"10s\"\n[applications.a]\nkeep_alive_death_threshold = \"15s\"\n",
 			`:3: applications.a: these settings, with the layers below them, are refused`},

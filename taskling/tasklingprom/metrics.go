@@ -26,6 +26,8 @@
 //	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
 //	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
 //	taskling_heartbeat_failures_total{task}  heartbeats that failed and were retried
+//	taskling_cleanup_rows_total{task,kind}   rows this process's cleanups deleted: kind completed,
+//	                                         failed, blocked (executions), blocks, submissions
 //	taskling_acquire_duration_seconds{task}  duration of each acquire transaction, retries included
 //	taskling_metrics_scrape_errors_total     scrapes whose database query for the gauges failed
 package tasklingprom
@@ -51,6 +53,7 @@ type Metrics struct {
 	reclaims          *prometheus.CounterVec
 	leaseLosses       *prometheus.CounterVec
 	heartbeatFailures *prometheus.CounterVec
+	cleanupRows       *prometheus.CounterVec
 	acquireSeconds    *prometheus.HistogramVec
 	slotsInUse        *prometheus.Desc
 	slotsLimit        *prometheus.Desc
@@ -76,6 +79,7 @@ func New(client *taskling.Client) *Metrics {
 		reclaims:          counter("reclaims_total", "Slots taken from, or removed with, dead holders.", "task"),
 		leaseLosses:       counter("lease_losses_total", "Executions whose context was cancelled because the lease was lost.", "task"),
 		heartbeatFailures: counter("heartbeat_failures_total", "Heartbeats that failed and were retried.", "task"),
+		cleanupRows:       counter("cleanup_rows_total", "Rows deleted by this process's cleanups, by kind (completed, failed, blocked, blocks, submissions).", "task", "kind"),
 		acquireSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "taskling", Name: "acquire_duration_seconds",
 			Help:    "Duration of the acquire transaction, retries included.",
@@ -108,6 +112,14 @@ func New(client *taskling.Client) *Metrics {
 		Reclaimed:       func(app, task string, n int) { m.reclaims.WithLabelValues(name(app, task)).Add(float64(n)) },
 		LeaseLost:       func(app, task string) { m.leaseLosses.WithLabelValues(name(app, task)).Inc() },
 		HeartbeatFailed: func(app, task string) { m.heartbeatFailures.WithLabelValues(name(app, task)).Inc() },
+		Cleaned: func(app, task string, c taskling.CleanupCounts) {
+			for kind, n := range map[string]int64{"completed": c.Completed, "failed": c.Failed, "blocked": c.Blocked,
+				"blocks": c.Blocks, "submissions": c.Submissions} {
+				if n > 0 {
+					m.cleanupRows.WithLabelValues(name(app, task), kind).Add(float64(n))
+				}
+			}
+		},
 	})
 	return m
 }
@@ -117,7 +129,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // counted are the metrics that count what this process did.
 func (m *Metrics) counted() []prometheus.Collector {
-	return []prometheus.Collector{m.grants, m.denials, m.reclaims, m.leaseLosses, m.heartbeatFailures, m.acquireSeconds, m.scrapeErrors}
+	return []prometheus.Collector{m.grants, m.denials, m.reclaims, m.leaseLosses, m.heartbeatFailures, m.cleanupRows, m.acquireSeconds, m.scrapeErrors}
 }
 
 // Describe implements prometheus.Collector.

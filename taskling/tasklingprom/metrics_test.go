@@ -199,3 +199,27 @@ func TestLimitDisagreementGauge(t *testing.T) {
 	require.NoError(t, e.Complete(ctx))
 	require.Eventually(t, func() bool { return metricValue(t, m, "taskling_limit_disagreement", task) == 1 }, 5*time.Second, 10*time.Millisecond)
 }
+
+// TestCleanupRowsAreCountedByKind: a cleanup's deleted rows show in taskling_cleanup_rows_total.
+func TestCleanupRowsAreCountedByKind(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host", CleanupInterval: -1})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	for range 3 {
+		e, err := client.StartExecution(ctx, "app", "task", nil)
+		require.NoError(t, err)
+		require.NoError(t, e.Complete(ctx))
+	}
+	_, err = pool.Exec(ctx, `UPDATE taskling.execution_end SET ended_at = ended_at - interval '30 days'`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE taskling.task_execution SET started_at = started_at - interval '30 days'`)
+	require.NoError(t, err)
+	_, err = client.Cleanup(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	require.Equal(t, 2.0, metricValue(t, m, "taskling_cleanup_rows_total", map[string]string{"task": "app/task", "kind": "completed"}),
+		"the latest execution stays")
+}

@@ -53,6 +53,7 @@ func main() {
 		interval   = flag.Duration("interval", 200*time.Millisecond, "KeepAliveInterval")
 		threshold  = flag.Duration("threshold", 2*time.Second, "KeepAliveDeathThreshold")
 		maxHold    = flag.Duration("hold", 60*time.Millisecond, "longest hold")
+		minHold    = flag.Duration("min-hold", 0, "shortest hold (holds are drawn from [min-hold, hold))")
 		step       = flag.Duration("step", 5*time.Millisecond, "unit of work while holding")
 		verbose    = flag.Bool("v", false, "log warnings of the library")
 		sameClock  = flag.Bool("same-clock", false, "the server runs on this host: its clock is ours (the offset is measured and recorded, not applied)")
@@ -71,7 +72,7 @@ func main() {
 	// Before anything else: SIGUSR1's default action ends the process.
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
-	opts := options{work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
+	opts := options{minHold: *minHold, work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
 		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1}
 	if *blocks {
 		if _, err := fmt.Sscanf(*blockRange, "%d:%d:%d", &opts.from, &opts.to, &opts.size); err != nil {
@@ -90,8 +91,9 @@ type task struct {
 	limit int
 }
 
-// options are the -work, -blocks and -section modes'.
+// options are the -min-hold flag and the -work, -blocks and -section modes'.
 type options struct {
+	minHold   time.Duration
 	work      bool
 	failEvery int64
 
@@ -170,7 +172,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, maxHold: maxHold, step: step,
+			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, minHold: opts.minHold, maxHold: maxHold, step: step,
 				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3}
 			wk.loop(stop)
 		}()
@@ -275,6 +277,7 @@ type worker struct {
 	client  *taskling.Client
 	app     string
 	task    string
+	minHold time.Duration
 	maxHold time.Duration
 	step    time.Duration
 	rnd     *rand.Rand
@@ -312,11 +315,11 @@ func (wk *worker) recordResult(id int64, result string) {
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindComplete, Host: wk.client.HostName(), Exec: id, Task: wk.task, Result: result, At: wk.w.Now()}))
 }
 
-// holdFor is how long the next hold lasts: up to maxHold.
+// holdFor is how long the next hold lasts: from minHold up to maxHold.
 func (wk *worker) holdFor() time.Duration {
 	wk.rndMu.Lock()
 	defer wk.rndMu.Unlock()
-	return time.Duration(wk.rnd.Int64N(int64(wk.maxHold)))
+	return wk.minHold + time.Duration(wk.rnd.Int64N(int64(max(wk.maxHold-wk.minHold, 1))))
 }
 
 func (wk *worker) loop(stop context.Context) {

@@ -1,0 +1,112 @@
+package execution
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Releases the old primary acknowledged but a failover lost would leave their slots held for as
+// long as their process heartbeats its session. So a Store remembers the releases it made
+// recently and, when it sees the database write on another timeline (or a timeline recorded
+// anew), sends them again as retries: one already recorded is a no-op, a lost one goes through,
+// and one whose grant was lost too finds nothing to return.
+
+// epochSupport says whether the schema has taskling.epoch (migration 0012), looked up once.
+type epochSupport struct {
+	known, has atomic.Bool
+}
+
+// clockQuery is the clock statement the schema supports.
+func (s *Store) clockQuery(ctx context.Context) (string, error) {
+	if !s.epochs.known.Load() {
+		var has bool
+		if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL`).Scan(&has); err != nil {
+			return "", fmt.Errorf("execution: look for taskling.epoch: %w", err)
+		}
+		s.epochs.has.Store(has)
+		s.epochs.known.Store(true)
+	}
+	if s.epochs.has.Load() {
+		return clockSQL, nil
+	}
+	return legacyClockSQL, nil
+}
+
+// recentWindow and recentMax bound what is remembered: asynchronous standbys lag seconds.
+const (
+	recentWindow = 5 * time.Minute
+	recentMax    = 2000
+)
+
+type recentReleases struct {
+	mu   sync.Mutex
+	list []recentRelease
+}
+
+type recentRelease struct {
+	req ReleaseRequest
+	at  time.Time
+}
+
+// noteReleased remembers a release that committed.
+func (s *Store) noteReleased(req ReleaseRequest) {
+	r := &s.recent
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	drop := 0
+	for drop < len(r.list) && (now.Sub(r.list[drop].at) > recentWindow || len(r.list)-drop >= recentMax) {
+		drop++
+	}
+	r.list = append(r.list[drop:], recentRelease{req: req, at: now})
+}
+
+// sawEpoch records the epoch a token transaction read; a different one than before means a
+// failover or a restore: the recent releases are sent again, in the background.
+func (s *Store) sawEpoch(ep epoch) {
+	prev := s.epoch.Swap(&ep)
+	if prev != nil && prev.timeline != 0 && ep.timeline != 0 && (prev.timeline != ep.timeline || prev.sinceUS != ep.sinceUS) {
+		// Ids reserved from the old primary's sequence may come back from the new one's (it
+		// rewinds with lost WAL): drop them, and the rows cached from the old primary.
+		s.cache.mu.Lock()
+		s.cache.ids, s.cache.rows = nil, map[int64]taskRow{}
+		s.cache.mu.Unlock()
+		s.replayReleases()
+	}
+}
+
+// sawTimeline is sawEpoch for a heartbeat, which reads the timeline only.
+func (s *Store) sawTimeline(timeline int32) {
+	if prev := s.epoch.Load(); prev != nil && prev.timeline != 0 && prev.timeline != timeline {
+		s.replayReleases()
+	}
+}
+
+func (s *Store) replayReleases() {
+	r := &s.recent
+	r.mu.Lock()
+	list := r.list
+	r.list = nil
+	r.mu.Unlock()
+	if len(list) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, rr := range list {
+			req := rr.req
+			req.Retry = true
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = s.Release(ctx, req) // combined; an error leaves the slot to its process's heartbeat
+			}()
+		}
+		wg.Wait()
+	}()
+}
