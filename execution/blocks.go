@@ -364,7 +364,14 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 	}
 	fn, tn := make([]*int64, n), make([]*int64, n)
 	fd, td := make([]*time.Time, n), make([]*time.Time, n)
-	vals, counts := make([][]byte, n), make([]*int32, n)
+	vals, counts := make([]*string, n), make([]*int32, n) // jsonb as text: every exec mode types it
+	text := func(b []byte) *string {
+		if b == nil {
+			return nil
+		}
+		s := string(b)
+		return &s
+	}
 	for i := range n {
 		switch req.Kind {
 		case BlockNumeric:
@@ -372,9 +379,9 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 		case BlockDate:
 			fd[i], td[i] = &nb.FromDates[i], &nb.ToDates[i]
 		case BlockObject:
-			vals[i] = nb.Values[i]
+			vals[i] = text(nb.Values[i])
 		case BlockList:
-			vals[i] = nb.Header
+			vals[i] = text(nb.Header)
 			c := int32(len(nb.Items[i]))
 			counts[i] = &c
 		}
