@@ -285,21 +285,29 @@ SELECT p.at_limit, p.used, (SELECT count(*) FROM m)::int, s.*
 FROM page p
 CROSS JOIN LATERAL (` + summarySQL + ` WHERE d.id = p.id) s
 ORDER BY ` + order
-	rows, err := s.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return TaskList{}, fmt.Errorf("execution: list tasks: %w", err)
-	}
 	var out TaskList
-	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-		var k TaskKey
-		t, err := scanSummaryWith(row, &k.AtLimit, &k.Used, &out.Total)
-		if err != nil {
-			return struct{}{}, err
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// The per-task subqueries push the estimate past jit_above_cost: JIT then compiles for
+		// 230–580 ms on each connection's first calls of a query that runs in milliseconds.
+		if _, err := tx.Exec(ctx, `SET LOCAL jit = off`); err != nil {
+			return err
 		}
-		k.Waiting, k.Application, k.Task, k.ID = t.Waiting, t.Application, t.Task, t.ID
-		out.Tasks = append(out.Tasks, t)
-		out.Keys = append(out.Keys, k)
-		return struct{}{}, nil
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+			var k TaskKey
+			t, err := scanSummaryWith(row, &k.AtLimit, &k.Used, &out.Total)
+			if err != nil {
+				return struct{}{}, err
+			}
+			k.Waiting, k.Application, k.Task, k.ID = t.Waiting, t.Application, t.Task, t.ID
+			out.Tasks = append(out.Tasks, t)
+			out.Keys = append(out.Keys, k)
+			return struct{}{}, nil
+		})
+		return err
 	})
 	if err != nil {
 		return TaskList{}, fmt.Errorf("execution: list tasks: %w", err)
