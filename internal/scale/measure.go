@@ -109,6 +109,7 @@ type acquirer struct {
 
 	mu        sync.Mutex
 	lat       [phases]Latencies
+	counted   [phases]atomic.Int64 // cycles filed under each phase so far
 	denied    atomic.Int64
 	straddled atomic.Int64
 }
@@ -176,6 +177,7 @@ func (a *acquirer) loop(ctx context.Context, stop <-chan struct{}, app, task str
 			continue
 		}
 		lat[s0&3] = append(lat[s0&3], took)
+		a.counted[s0&3].Add(1)
 	}
 }
 

@@ -77,7 +77,7 @@ func (r *Report) printAcquire(w io.Writer) {
 	row := func(name string, l Latencies) {
 		fmt.Fprintf(w, "  %-64s %8d %9s %9s %9s\n", name, len(l), ms(l.Percentile(50)), ms(l.Percentile(99)), ms(l.Percentile(100)))
 	}
-	row(fmt.Sprintf("without cleanup: before it (%s)", o.Baseline), r.AcquireBefore)
+	row(fmt.Sprintf("without cleanup: before it (%s)", r.BaselineTook.Round(time.Second/10)), r.AcquireBefore)
 	row(fmt.Sprintf("without cleanup: its pauses (%d × %s)", r.Pauses, o.Pause), r.AcquirePaused)
 	row("without cleanup: both", r.Without())
 	row(fmt.Sprintf("while the cleanup runs (%s)", r.CleanupActive().Round(time.Millisecond)), r.AcquireDuring)

@@ -53,8 +53,9 @@ type Report struct {
 
 	// Acquire latencies: before the cleanup, in its pauses, while it runs.
 	AcquireBefore, AcquirePaused, AcquireDuring Latencies
-	Denied                                      int64 // acquisitions refused (none expected: limit = goroutines per task)
-	Straddled                                   int64 // cycles during which the phase changed (not counted)
+	BaselineTook                                time.Duration // Options.Baseline, or longer (minBaseline)
+	Denied                                      int64         // acquisitions refused (none expected: limit = goroutines per task)
+	Straddled                                   int64         // cycles during which the phase changed (not counted)
 	Cleanup                                     taskling.CleanupCounts
 	CleanupWall                                 time.Duration // from the call to its return, pauses included
 	Paused                                      time.Duration // spent in pauses
@@ -264,8 +265,12 @@ func acquireTasks(k int) []int {
 	return out
 }
 
-// warmUp is how long acquisitions run before the baseline counts them.
-const warmUp = 500 * time.Millisecond
+// warmUp is how long acquisitions run before the baseline counts them; minBaseline the cycles
+// the baseline wants.
+const (
+	warmUp      = 500 * time.Millisecond
+	minBaseline = 200
+)
 
 // acquireAndClean measures acquisitions for the baseline, then during a cleanup of every task.
 func (r *Report) acquireAndClean(ctx context.Context, e *env, logf func(format string, args ...any)) error {
@@ -287,13 +292,22 @@ func (r *Report) acquireAndClean(ctx context.Context, e *env, logf func(format s
 	if err := wait(warmUp); err != nil {
 		return err
 	}
+	began := time.Now()
 	a.setPhase(phaseIdle)
 	if err := wait(o.Baseline); err != nil {
 		return err
 	}
+	// A stall (I/O from elsewhere on the machine, say) may leave the baseline with few cycles:
+	// it is then extended, up to three times its length.
+	for extra := time.Duration(0); a.counted[phaseIdle].Load() < minBaseline && extra < 2*o.Baseline; extra += time.Second {
+		if err := wait(time.Second); err != nil {
+			return err
+		}
+	}
+	r.BaselineTook = time.Since(began)
 	p := &pacer{a: a, every: o.PauseEvery, pause: o.Pause}
 	logf("cleaning every task while acquiring")
-	began := time.Now()
+	began = time.Now()
 	p.start()
 	res, err := e.cleaner.Cleanup(ctx, "", "", &taskling.CleanupOptions{
 		Progress: func(string, string, taskling.CleanupCounts) { p.afterBatch() }})
