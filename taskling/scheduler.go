@@ -39,7 +39,8 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 	defer cancelRuns(nil)
 	defer context.AfterFunc(ctx, func() { cancelRuns(context.Cause(ctx)) })()
 	defer context.AfterFunc(c.drain.ctx, func() { cancelRuns(ErrShuttingDown) })()
-	ctx, stop := context.WithCancel(ctx)
+	// A variable of its own: the AfterFunc above reads ctx from another goroutine.
+	loopsCtx, stop := context.WithCancel(ctx)
 	var loops, runs sync.WaitGroup
 	defer func() {
 		stop()
@@ -56,7 +57,7 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		s.mu.Lock()
 		for _, r := range s.regs {
 			if r.cancel == nil {
-				lctx, cancel := context.WithCancel(ctx)
+				lctx, cancel := context.WithCancel(loopsCtx)
 				r.cancel = cancel
 				loops.Add(1)
 				go func() {
@@ -68,7 +69,7 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		added := s.added
 		s.mu.Unlock()
 		select {
-		case <-ctx.Done():
+		case <-loopsCtx.Done():
 			return nil
 		case <-c.drain.stopping:
 			return nil // the deferred waits drain the runs
