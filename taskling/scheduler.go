@@ -128,6 +128,11 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 	if !ok {
 		return 0, false, fmt.Errorf("taskling: the schedule row of %s/%s is gone", r.app, r.task)
 	}
+	if row.Retired() {
+		// Dormant: nothing is decided. Unretiring wakes the loop (the task's notification) and
+		// records the instants that came due meanwhile.
+		return maxScheduleSleep, true, nil
+	}
 	if (row.Spec != r.spec || row.TimeZone != r.zone) && *warned != row.Spec+"\x00"+row.TimeZone {
 		*warned = row.Spec + "\x00" + row.TimeZone
 		c.log.Warn("taskling: another host registered a different spec for this task; the stored one is in force",
@@ -201,7 +206,9 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 		}()
 		return 0, false, nil
 	case execution.IsScheduleConflict(err):
-		return 0, false, nil // another host decided first: plan again
+		return 0, false, nil // another host decided first (or the schedule was retired): plan again
+	case errors.Is(err, ErrTaskRetired):
+		return 0, false, nil // retired since the plan: the next step finds it so
 	case errors.Is(err, ErrTaskDisabled):
 		// Instants that come due while the task is disabled are recorded and not run later.
 		disabled := instantRange{}
