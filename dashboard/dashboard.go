@@ -12,12 +12,15 @@
 //
 // Routes:
 //
-//	GET    /api/v1/tasks                                 every task: limit in force and its source, slot usage, last execution
+//	GET    /api/v1/tasks                                 the tasks: limit in force and its source, slot usage, last execution
 //	GET    /api/v1/tasks/{app}/{task}                    one task with its slots and their holders
 //	GET    /api/v1/tasks/{app}/{task}/executions         its executions, newest first (?status=&limit=&before=)
 //	GET    /api/v1/executions/{id}                       one execution with its events and progress
 //	PATCH  /api/v1/tasks/{app}/{task}/overrides          set operator overrides (token required)
 //	DELETE /api/v1/tasks/{app}/{task}/overrides          clear them (token required)
+//	POST   /api/v1/tasks/{app}/{task}/retire             retire the task, or its schedule only (token required)
+//	POST   /api/v1/tasks/{app}/{task}/unretire           unretire it (token required)
+//	GET    /api/v1/tasks/{app}/{task}/changes            its operator changes, newest first (?limit=&before=)
 //	POST   /api/v1/tasks/{app}/{task}/submissions        submit a run: 201 {"id"} (token required)
 //	GET    /api/v1/tasks/{app}/{task}/submissions        its submissions (?status=&limit=&before=)
 //	GET    /api/v1/submissions/{id}                      one submission: status, position, attempts, progress
@@ -48,6 +51,10 @@
 // 201 with the first submission's id. Errors are JSON objects {"error": {"status", "field", "message"}} naming the field at
 // fault; a 500 shows no details (they go to Options.Logger). Each request's database work is
 // bounded by Options.RequestTimeout.
+//
+// Every change is recorded in its task's changes as made by "api@ADDRESS" (the bearer token) or
+// "dashboard@ADDRESS" (a browser's session), ADDRESS being the client's; a body's optional "by"
+// (a retire's, an override's) or "forced_by" names someone before it: "alice (api@10.0.0.5)".
 package dashboard
 
 import (

@@ -122,33 +122,6 @@ WHERE (r.declared_completed, r.declared_failed, r.declared_blocked, r.declared_b
 	return nil
 }
 
-// SetRetentionOverrides stores an operator's keep settings; nil fields are left as they are.
-func (s *Store) SetRetentionOverrides(ctx context.Context, taskID int64, o RetentionOverrides) error {
-	if err := o.ValidateFields(); err != nil {
-		return err
-	}
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO taskling.retention AS r (task_id, override_completed, override_failed, override_blocked)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT (task_id) DO UPDATE SET override_completed = coalesce($2, r.override_completed),
-    override_failed = coalesce($3, r.override_failed), override_blocked = coalesce($4, r.override_blocked)`,
-		taskID, o.Completed, o.Failed, o.Blocked)
-	if err != nil {
-		return fmt.Errorf("execution: set the retention overrides of task %d: %w", taskID, err)
-	}
-	return nil
-}
-
-// ClearRetentionOverrides removes the operator's keep settings of a task.
-func (s *Store) ClearRetentionOverrides(ctx context.Context, taskID int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE taskling.retention SET override_completed = NULL, override_failed = NULL,
-    override_blocked = NULL WHERE task_id = $1`, taskID)
-	if err != nil {
-		return fmt.Errorf("execution: clear the retention overrides of task %d: %w", taskID, err)
-	}
-	return nil
-}
-
 const retentionColumns = `r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
     r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
     CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0), r.claimed_until`
@@ -297,9 +270,9 @@ func (c *CleanupCounts) Add(o CleanupCounts) {
 // cleanupCandidatesSQL selects the executions of task $1 that retention ($2 completed, $3 failed,
 // $4 blocked) lets go, oldest first, after the keyset position ($5, $6), at most $7. Protected:
 // an execution that has not ended (a live holder, or one not yet judged dead), the task's latest
-// execution and its latest scheduled one (the schedule's last run), the execution of a block not
-// completed (it may be retaken, and is shown with its attempt), and attempts of submissions still
-// waiting or running.
+// execution and its latest scheduled one (the schedule's last run) unless the task is retired
+// (its history then goes entirely, by age), the execution of a block not completed (it may be
+// retaken, and is shown with its attempt), and attempts of submissions still waiting or running.
 const cleanupCandidatesSQL = `
 SELECT e.id, e.started_at, e.scheduled_for, e.reference_value,
        CASE WHEN e.blocked THEN 3 WHEN x.outcome = 1 AND NOT e.failed THEN 1 ELSE 2 END AS class
@@ -312,11 +285,12 @@ WHERE e.task_id = $1
            WHEN x.execution_id IS NULL THEN false
            WHEN x.outcome = 1 AND NOT e.failed THEN x.ended_at < clock_timestamp() - $2::interval
            ELSE x.ended_at < clock_timestamp() - $3::interval END
-  AND e.id <> ALL (ARRAY(
+  AND (EXISTS (SELECT 1 FROM taskling.task_definition r WHERE r.id = $1 AND r.retired_at IS NOT NULL)
+       OR e.id <> ALL (ARRAY(
         (SELECT l.id FROM taskling.task_execution l WHERE l.task_id = $1 ORDER BY l.started_at DESC, l.id DESC LIMIT 1)
         UNION ALL
         (SELECT l.id FROM taskling.task_execution l WHERE l.task_id = $1 AND l.scheduled_for IS NOT NULL
-         ORDER BY l.scheduled_for DESC LIMIT 1)))
+         ORDER BY l.scheduled_for DESC LIMIT 1))))
   AND NOT EXISTS (SELECT 1 FROM taskling.block b WHERE b.execution_id = e.id AND b.status <> 3)
   AND NOT EXISTS (SELECT 1 FROM taskling.submission_attempt a JOIN taskling.submission s ON s.id = a.submission_id
                   WHERE a.execution_id = e.id AND s.status IN (1, 2))

@@ -14,7 +14,7 @@ import (
 
 // scheduleKinds names the schedule event kinds stored in schedule_event.kind (the index):
 // taskling.ScheduleEventKind's values.
-var scheduleKinds = [...]string{1: "skipped", 2: "expired", 3: "disabled", 4: "registered", 5: "changed"}
+var scheduleKinds = [...]string{1: "skipped", 2: "expired", 3: "disabled", 4: "registered", 5: "changed", 6: "retired"}
 
 func scheduleKindCode(name string) int16 {
 	for code, n := range scheduleKinds {
@@ -65,11 +65,18 @@ type ScheduleRow struct {
 	Cursor           time.Time      `db:"cursor_at"`
 	RegisteredBy     string         `db:"registered_by"`
 	ChangedAt        time.Time      `db:"changed_at"`
-	Now              time.Time      `db:"now"`
+	// ScheduleRetired and TaskRetired: the schedule, or its whole task, is retired; no
+	// instant is claimed while either is.
+	ScheduleRetired bool      `db:"schedule_retired"`
+	TaskRetired     bool      `db:"task_retired"`
+	Now             time.Time `db:"now"`
 }
 
+// Retired reports whether no instant of the schedule may be claimed: it or its task is retired.
+func (r ScheduleRow) Retired() bool { return r.ScheduleRetired || r.TaskRetired }
+
 // ScheduleEvent is a range of instants decided without a run, or a registration. Kind is
-// skipped, expired, disabled, registered or changed.
+// skipped, expired, disabled, registered, changed or retired.
 type ScheduleEvent struct {
 	Kind     string
 	First    *time.Time
@@ -89,7 +96,8 @@ type ScheduleClaim struct {
 
 // scheduleColumns reads a schedule row with its policies as ordinals.
 const scheduleColumns = `task_id, spec, time_zone, catch_up - 1 AS catch_up, catch_up_window, max_catch_up,
-    overlap - 1 AS overlap, misfire_threshold, cursor_at, registered_by, changed_at`
+    overlap - 1 AS overlap, misfire_threshold, cursor_at, registered_by, changed_at, retired_at IS NOT NULL AS schedule_retired,
+    EXISTS (SELECT 1 FROM taskling.task_definition t WHERE t.id = task_id AND t.retired_at IS NOT NULL) AS task_retired`
 
 const lockScheduleSQL = `SELECT ` + scheduleColumns + `, clock_timestamp() AS now
 FROM taskling.schedule WHERE task_id = $1 FOR UPDATE`
@@ -120,11 +128,12 @@ SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
 FROM unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
 ORDER BY e.o`
 
-// moveCursorCTE moves the cursor from $9 to $8 by compare-and-set (u has a row only if it moved)
-// and records the events ($3–$7) with it.
-const moveCursorCTE = `
+// moveCursorCTEWhere moves the cursor from $9 to $8 by compare-and-set (u has a row only if it
+// moved), where the schedule's row also meets where, and records the events ($3–$7) with it.
+func moveCursorCTEWhere(where string) string {
+	return `
 WITH u AS (
-    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
+    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9` + where + `
     RETURNING task_id
 ), ev AS (
     INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
@@ -132,15 +141,23 @@ WITH u AS (
     FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
     ORDER BY e.o
 )`
+}
+
+// moveCursorCTE is the scheduler's move: a retired schedule's cursor does not move, so that a
+// claim planned before its retirement fails.
+var moveCursorCTE = moveCursorCTEWhere(" AND retired_at IS NULL")
 
 // advanceScheduleSQL moves the cursor; it returns no row when the cursor had moved.
-const advanceScheduleSQL = moveCursorCTE + `
+var advanceScheduleSQL = moveCursorCTE + `
 SELECT task_id FROM u`
 
-// claimScheduleSQL is the same compare-and-set inside the acquire transaction; a failed one
-// raises TLC01 so that the whole transaction (its COMMIT is in the same batch) writes nothing.
-const claimScheduleSQL = moveCursorCTE + `
+// cursorMovedSQL ends a compare-and-set of the cursor: if it failed, it raises TLC01, so that the
+// whole transaction (its COMMIT is in the same batch) writes nothing.
+const cursorMovedSQL = `
 SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN true ELSE taskling.schedule_cursor_moved($1) END`
+
+// claimScheduleSQL is the same compare-and-set inside the acquire transaction.
+var claimScheduleSQL = moveCursorCTE + cursorMovedSQL
 
 type eventArrays struct {
 	kinds   []int16

@@ -56,6 +56,11 @@ type TaskSummary struct {
 	// queued (zero if none).
 	Waiting    int
 	OldestWait time.Time
+	// Retired: the task is retired (nil if not); ScheduleRetired: its schedule is. Overrides
+	// hold a retired task's enabled override as it was set (its row says disabled).
+	Retired         *Retirement
+	HasSchedule     bool
+	ScheduleRetired *Retirement
 }
 
 // Dispute is a declaration of a task's limit that another host's replaced.
@@ -108,8 +113,10 @@ SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
     dd.other_limit, dd.other_host, dd.at,
     coalesce(h.ids, '{}'), coalesce(h.alive, '{}'),
-    l.id, l.status, l.started_at, w.waiting, w.oldest
+    l.id, l.status, l.started_at, w.waiting, w.oldest,
+    d.retired_at, d.retired_by, d.retired_enabled, sc.task_id IS NOT NULL, sc.retired_at, sc.retired_by
 FROM taskling.task_definition d
+LEFT JOIN taskling.schedule sc ON sc.task_id = d.id
 LEFT JOIN taskling.declaration_dispute dd
     ON dd.task_id = d.id AND clock_timestamp() - dd.at < ` + fmt.Sprintf("interval '%d seconds'", int(DisputeWindow.Seconds())) + `
 LEFT JOIN LATERAL (` + liveTicketsSQL + `) w ON true
@@ -129,6 +136,8 @@ const (
 	TaskStatusAtLimit = "at_limit" // a limited task with every slot in use
 	TaskStatusWaiting = "waiting"  // starts queued for a slot
 	TaskStatusIdle    = "idle"     // no slot in use and none waiting
+	// TaskStatusRetired lists the retired tasks, which every other filter leaves out.
+	TaskStatusRetired = "retired"
 )
 
 // Task list orders (TaskListQuery.Sort).
@@ -199,6 +208,7 @@ WITH r AS MATERIALIZED (
     CROSS JOIN LATERAL (` + liveTicketsSQL + `) w
     WHERE ($1 = '' OR d.application_name = $1)
       AND ($2 = '' OR strpos(lower(d.application_name || '/' || d.task_name), lower($2)) > 0)
+      AND (d.retired_at IS NOT NULL) = ($3 = '` + TaskStatusRetired + `')
 ), m AS (
     SELECT * FROM r WHERE CASE $3
         WHEN '` + TaskStatusBusy + `' THEN r.used > 0
@@ -208,15 +218,16 @@ WITH r AS MATERIALIZED (
         ELSE true END
 )`
 
-// taskNamesSQL is taskFilterSQL for a query that neither filters nor sorts by state: the slots
-// and waiters are then read for the page's tasks only (by summarySQL), not for every task.
+// taskNamesSQL is taskFilterSQL for a query that neither filters nor sorts by state (but for
+// retirement): the slots and waiters are then read for the page's tasks only (by summarySQL),
+// not for every task.
 const taskNamesSQL = `
 WITH m AS (
     SELECT d.id, d.application_name, d.task_name, 0 AS used, 0 AS waiting, false AS at_limit
     FROM taskling.task_definition d
     WHERE ($1 = '' OR d.application_name = $1)
       AND ($2 = '' OR strpos(lower(d.application_name || '/' || d.task_name), lower($2)) > 0)
-      AND $3 = ''
+      AND $3 IN ('', '` + TaskStatusRetired + `') AND (d.retired_at IS NOT NULL) = ($3 = '` + TaskStatusRetired + `')
 )`
 
 // ListTasks returns a page of the tasks q selects in its order, with their count and every
@@ -248,7 +259,7 @@ func (s *Store) ListTasks(ctx context.Context, q TaskListQuery) (TaskList, error
 		return TaskList{}, fmt.Errorf("execution: list tasks: unknown sort %q", q.Sort)
 	}
 	switch q.Status {
-	case "", TaskStatusBusy, TaskStatusAtLimit, TaskStatusWaiting, TaskStatusIdle:
+	case "", TaskStatusBusy, TaskStatusAtLimit, TaskStatusWaiting, TaskStatusIdle, TaskStatusRetired:
 	default:
 		return TaskList{}, fmt.Errorf("execution: list tasks: unknown status filter %q", q.Status)
 	}
@@ -274,7 +285,7 @@ func (s *Store) ListTasks(ctx context.Context, q TaskListQuery) (TaskList, error
 		limit = fmt.Sprint(q.Limit + 1)
 	}
 	filterSQL := taskFilterSQL
-	if q.Status == "" && q.Sort != TaskSortBusy {
+	if (q.Status == "" || q.Status == TaskStatusRetired) && q.Sort != TaskSortBusy {
 		filterSQL = taskNamesSQL
 	}
 	// The summaries (liveness of holders, newest execution) are read for the page's tasks only.
@@ -363,13 +374,21 @@ func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
 		dLimit     *int
 		dBy        *string
 		dAt        *time.Time
+		rAt, sAt   *time.Time
+		rBy, sBy   *string
+		rEnabled   *bool
 	)
 	err := row.Scan(append(lead, &t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
-		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest)...)
+		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest,
+		&rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy)...)
 	if err != nil {
 		return t, err
+	}
+	t.Retired, t.ScheduleRetired = retirementOf(rAt, rBy), retirementOf(sAt, sBy)
+	if t.Retired != nil {
+		t.Overrides.Enabled = rEnabled // the override as set; the row says disabled while retired
 	}
 	switch {
 	case t.Overrides.ConcurrencyLimit != nil:

@@ -287,7 +287,10 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 
 // UpdateTaskSettings stores operator overrides for a task (creating its row if needed). nil
 // fields are left as they are. The next start on every host obeys them, whatever its own
-// settings declare; waiters are woken so that a raised limit admits them at once.
+// settings declare; waiters are woken so that a raised limit admits them at once. Each field
+// whose value changes is recorded in the task's audit trail (TaskChanges), in the same
+// transaction, as changed by update.By (default: this client's host name). A retired task's
+// Enabled cannot be changed (ErrTaskRetired): unretire it first. A refused update writes nothing.
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
 	if err := validateOwnTask(app, task); err != nil {
 		return err
@@ -301,40 +304,55 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 	if err := update.retention().ValidateFields(); err != nil {
 		return err
 	}
+	by, err := c.operator("SettingsUpdate.By", update.By)
+	if err != nil {
+		return err
+	}
 	id, err := c.taskID(ctx, app, task)
 	if err != nil {
 		return err
 	}
-	if o := update.toStore(); !o.IsZero() || update.retention().IsZero() {
-		if err := c.store.SetOverrides(ctx, id, o); err != nil {
-			return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
-		}
-	}
-	if r := update.retention(); !r.IsZero() {
-		if err := c.store.SetRetentionOverrides(ctx, id, r); err != nil {
-			return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
-		}
+	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by}
+	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
+		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
 	}
 	return nil
 }
 
 // ClearOverrides removes every operator override of a task: it returns to the settings its
-// requesters declare.
+// requesters declare. It is ClearOverridesBy with this client's host name as who.
 func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
+	return c.ClearOverridesBy(ctx, app, task, "")
+}
+
+// ClearOverridesBy removes every operator override of a task, recording in its audit trail each
+// one removed as changed by by ("" means this client's host name). A retired task stays
+// retired (and disabled) and returns to its declared settings when unretired.
+func (c *Client) ClearOverridesBy(ctx context.Context, app, task, by string) error {
 	if err := validateOwnTask(app, task); err != nil {
+		return err
+	}
+	by, err := c.operator("by", by)
+	if err != nil {
 		return err
 	}
 	id, ok, err := c.store.FindTask(ctx, app, task)
 	if err != nil || !ok {
 		return err
 	}
-	if err := c.store.ClearOverrides(ctx, id); err != nil {
-		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
-	}
-	if err := c.store.ClearRetentionOverrides(ctx, id); err != nil {
+	if _, err := c.store.ChangeOverrides(ctx, id, execution.OverridesChange{Clear: true, By: by}); err != nil {
 		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
 	}
 	return nil
+}
+
+// operator is who makes an operator change: by, or this client's host name when by is "". It
+// must be a valid name (at most 200 bytes of UTF-8, no control characters); field names it.
+func (c *Client) operator(field, by string) (string, error) {
+	if by == "" {
+		return c.host, nil
+	}
+	return by, validateName(field, by)
 }
 
 func (c *Client) isClosed() bool {

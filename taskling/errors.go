@@ -12,6 +12,9 @@ var (
 	ErrLimitReached = errors.New("taskling: concurrency limit reached")
 	// ErrTaskDisabled: the task is disabled (by its settings or an operator). Nothing is written.
 	ErrTaskDisabled = errors.New("taskling: task is disabled")
+	// ErrTaskRetired: an operator retired the task (RetireTask): its starts are refused, and
+	// nothing is written, until it is unretired. The message says by whom and when.
+	ErrTaskRetired = execution.ErrTaskRetired
 	// ErrDuplicateReference: an Idempotent start found an execution with the same reference value
 	// that succeeded or is still running. The attempt is recorded as a Blocked execution.
 	ErrDuplicateReference = errors.New("taskling: an execution with this reference value already succeeded or is running")

@@ -34,6 +34,7 @@ const (
 	DenyLimit     DenyReason = "limit"     // every slot is held (ErrLimitReached)
 	DenyDisabled  DenyReason = "disabled"  // the task is disabled (ErrTaskDisabled)
 	DenyDuplicate DenyReason = "duplicate" // an idempotent reference already ran (ErrDuplicateReference)
+	DenyRetired   DenyReason = "retired"   // the task is retired (ErrTaskRetired)
 )
 
 // AddHooks adds h to the hooks the client calls from now on.

@@ -80,6 +80,11 @@ type TaskInfo struct {
 	// is when the oldest of them queued (database clock; zero if none).
 	Waiting         int
 	OldestWaitSince time.Time
+	// Retired is when and by whom the task was retired (nil if it is not: see RetireTask);
+	// HasSchedule says it has a schedule (Schedule), ScheduleRetired when that was retired.
+	Retired         *Retirement
+	HasSchedule     bool
+	ScheduleRetired *Retirement
 }
 
 // ExecutionRef names an execution with its status.
@@ -160,6 +165,8 @@ const (
 	TaskWaiting TaskStatusFilter = "waiting"
 	// TaskIdle: no slot in use and no start waiting.
 	TaskIdle TaskStatusFilter = "idle"
+	// TaskRetired: the retired tasks (RetireTask), which no other filter lists.
+	TaskRetired TaskStatusFilter = "retired"
 )
 
 // TaskSort orders the tasks (TaskFilter.Sort).
@@ -183,7 +190,7 @@ type TaskFilter struct {
 	Application string
 	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all).
 	Search string
-	// Status keeps only the tasks in this state ("" = all).
+	// Status keeps only the tasks in this state ("" = all but the retired ones).
 	Status TaskStatusFilter
 	// Sort orders the tasks ("" = TaskSortName).
 	Sort TaskSort
@@ -263,9 +270,9 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error
 		}
 	}
 	switch f.Status {
-	case "", TaskBusy, TaskAtLimit, TaskWaiting, TaskIdle:
+	case "", TaskBusy, TaskAtLimit, TaskWaiting, TaskIdle, TaskRetired:
 	default:
-		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Status %q is not one of busy, at_limit, waiting, idle", ErrInvalidArgument, f.Status)
+		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Status %q is not one of busy, at_limit, waiting, idle, retired", ErrInvalidArgument, f.Status)
 	}
 	switch f.Sort {
 	case "":
@@ -490,6 +497,7 @@ func taskInfoOf(s execution.TaskSummary) TaskInfo {
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
 		Waiting: s.Waiting, OldestWaitSince: s.OldestWait,
 		Overrides: updateOf(s.Overrides),
+		Retired:   retirementOf(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementOf(s.ScheduleRetired),
 	}
 	if s.DeclaredLimit != nil {
 		t.DeclaredLimit = *s.DeclaredLimit

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/cronspec"
 )
@@ -124,7 +126,9 @@ type registration struct {
 // row: the first one sets its cursor to now (no backfill); one with a changed spec or zone sets
 // the cursor to max(cursor, now), so an edit never triggers catch-up; a re-registration with the
 // same spec (a restarted host) keeps the cursor, so the instants missed meanwhile follow the
-// catch-up policy. Policies are updated by every registration: the last one wins.
+// catch-up policy. Policies are updated by every registration: the last one wins. Registering a
+// retired schedule (RetireSchedule, RetireTask) returns nil and leaves it retired: RunScheduler
+// keeps it dormant, claiming nothing, until an operator unretires it (a warning is logged).
 //
 // Specs: 5 fields (minute hour day-of-month month day-of-week), 6 with leading seconds,
 // descriptors (@daily, @hourly, …) and @every <duration> (whole seconds, anchored to the Unix
@@ -161,8 +165,13 @@ func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn Schedu
 	if o.CatchUpWindow > 0 {
 		def.CatchUpWindow = &o.CatchUpWindow
 	}
-	if _, err := c.store.UpsertSchedule(ctx, def); err != nil {
+	row, err := c.store.UpsertSchedule(ctx, def)
+	if err != nil {
 		return err
+	}
+	if row.Retired() {
+		c.log.Warn("taskling: this schedule is retired: RunScheduler claims none of its instants until an operator unretires it",
+			zap.String("task", app+"/"+task), zap.Bool("task_retired", row.TaskRetired), zap.Bool("schedule_retired", row.ScheduleRetired))
 	}
 	reg := &registration{app: app, task: task, taskID: id, spec: spec, zone: o.TimeZone, fn: fn, opts: o}
 	s := &c.sched

@@ -19,6 +19,9 @@ const (
 	ScheduleEventRegistered ScheduleEventKind = "registered"
 	// ScheduleEventChanged: the spec or zone changed (cursor moved to max(cursor, now)).
 	ScheduleEventChanged ScheduleEventKind = "changed"
+	// ScheduleEventRetired: instants that came due while the task or its schedule was retired,
+	// recorded when it was unretired (the cursor then moves to now: they are not caught up).
+	ScheduleEventRetired ScheduleEventKind = "retired"
 )
 
 // ScheduleEvent records instants a schedule decided not to run, as a range, or a

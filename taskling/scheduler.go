@@ -39,7 +39,8 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 	defer cancelRuns(nil)
 	defer context.AfterFunc(ctx, func() { cancelRuns(context.Cause(ctx)) })()
 	defer context.AfterFunc(c.drain.ctx, func() { cancelRuns(ErrShuttingDown) })()
-	ctx, stop := context.WithCancel(ctx)
+	// A variable of its own: the AfterFunc above reads ctx from another goroutine.
+	loopsCtx, stop := context.WithCancel(ctx)
 	var loops, runs sync.WaitGroup
 	defer func() {
 		stop()
@@ -56,7 +57,7 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		s.mu.Lock()
 		for _, r := range s.regs {
 			if r.cancel == nil {
-				lctx, cancel := context.WithCancel(ctx)
+				lctx, cancel := context.WithCancel(loopsCtx)
 				r.cancel = cancel
 				loops.Add(1)
 				go func() {
@@ -68,7 +69,7 @@ func (c *Client) RunScheduler(ctx context.Context) error {
 		added := s.added
 		s.mu.Unlock()
 		select {
-		case <-ctx.Done():
+		case <-loopsCtx.Done():
 			return nil
 		case <-c.drain.stopping:
 			return nil // the deferred waits drain the runs
@@ -126,6 +127,11 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 	}
 	if !ok {
 		return 0, false, fmt.Errorf("taskling: the schedule row of %s/%s is gone", r.app, r.task)
+	}
+	if row.Retired() {
+		// Dormant: nothing is decided. Unretiring wakes the loop (the task's notification) and
+		// records the instants that came due meanwhile.
+		return maxScheduleSleep, true, nil
 	}
 	if (row.Spec != r.spec || row.TimeZone != r.zone) && *warned != row.Spec+"\x00"+row.TimeZone {
 		*warned = row.Spec + "\x00" + row.TimeZone
@@ -200,7 +206,9 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 		}()
 		return 0, false, nil
 	case execution.IsScheduleConflict(err):
-		return 0, false, nil // another host decided first: plan again
+		return 0, false, nil // another host decided first (or the schedule was retired): plan again
+	case errors.Is(err, ErrTaskRetired):
+		return 0, false, nil // retired since the plan: the next step finds it so
 	case errors.Is(err, ErrTaskDisabled):
 		// Instants that come due while the task is disabled are recorded and not run later.
 		disabled := instantRange{}

@@ -264,6 +264,9 @@ type SettingsUpdate struct {
 	KeepCompleted *time.Duration
 	KeepFailed    *time.Duration
 	KeepBlocked   *time.Duration
+	// By names who makes the change, in the task's audit trail (TaskChanges); "" means the
+	// client's host name. It is not a setting: Task reports it empty.
+	By string
 }
 
 func (u SettingsUpdate) retention() execution.RetentionOverrides {

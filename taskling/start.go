@@ -50,8 +50,8 @@ type StartOptions struct {
 // StartExecution asks for a slot of the task app/task and, when granted, returns the running
 // Execution; call Complete when the work is done. It creates the task on first use.
 //
-// Errors: ErrLimitReached (recorded as a Blocked execution), ErrTaskDisabled (nothing recorded),
-// ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
+// Errors: ErrLimitReached (recorded as a Blocked execution), ErrTaskDisabled and ErrTaskRetired
+// (nothing recorded), ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
 // error. A serialization failure is retried with jittered backoff until ctx ends.
 func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (*Execution, error) {
 	if c.isClosed() {
@@ -116,7 +116,15 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	if err != nil {
 		return res, err
 	}
-	c.report(app, task, req, res)
+	var retired *execution.Retirement
+	if res.Denied == execution.DeniedDisabled {
+		// Retiring disables the task in its row, so that every host refuses it: which of the two
+		// it is, is read now, off the token transaction, on this path only.
+		if retired, err = c.store.Retired(ctx, req.TaskID); err != nil {
+			return res, err
+		}
+	}
+	c.report(app, task, req, res, retired != nil)
 	c.noteRetention(req)
 	if d := res.ConflictingDeclaration; d != nil {
 		c.noteDispute(req, *d)
@@ -126,6 +134,9 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	}
 	switch res.Denied {
 	case execution.DeniedDisabled:
+		if r := retired; r != nil {
+			return res, fmt.Errorf("%w: %s (retired by %s at %s)", ErrTaskRetired, req.TaskName, r.By, r.At.UTC().Format(time.RFC3339))
+		}
 		return res, fmt.Errorf("%w: %s", ErrTaskDisabled, req.TaskName)
 	case execution.DeniedDuplicate:
 		return res, fmt.Errorf("%w: %s reference %q (attempt recorded as execution %d)", ErrDuplicateReference, req.TaskName, *req.ReferenceValue, res.ExecutionID)
@@ -224,13 +235,15 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 }
 
 // report calls the hooks for a committed acquisition.
-func (c *Client) report(app, task string, req execution.AcquireRequest, res execution.AcquireResult) {
+func (c *Client) report(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
 	if len(res.Reclaimed) > 0 { // set only when the reclaims were committed
 		c.hooks.reclaimed(app, task, len(res.Reclaimed))
 	}
 	switch {
 	case res.Denied == execution.NotDenied:
 		c.hooks.granted(app, task)
+	case res.Denied == execution.DeniedDisabled && retired:
+		c.hooks.denied(app, task, DenyRetired)
 	case res.Denied == execution.DeniedDisabled:
 		c.hooks.denied(app, task, DenyDisabled)
 	case res.Denied == execution.DeniedDuplicate:

@@ -287,12 +287,23 @@ const MaxCancelReasonLength = 2000
 // (within a moment, by notification; at the latest at its next heartbeat); it becomes cancelled
 // when its attempt ends, or completed if the attempt completes anyway. The error wraps
 // ErrNotFound for an unknown id and ErrSubmissionFinished for one already completed, dead or
-// cancelled.
+// cancelled. The cancel is recorded in the task's audit trail (TaskChanges) as made by this
+// client's host name; CancelSubmissionBy names someone else.
 func (c *Client) CancelSubmission(ctx context.Context, id int64, reason string) (Submission, error) {
+	return c.CancelSubmissionBy(ctx, id, reason, "")
+}
+
+// CancelSubmissionBy is CancelSubmission recorded as made by by ("" means this client's host
+// name).
+func (c *Client) CancelSubmissionBy(ctx context.Context, id int64, reason, by string) (Submission, error) {
 	if err := validateText("reason", reason, MaxCancelReasonLength); err != nil {
 		return Submission{}, err
 	}
-	_, found, err := c.store.CancelSubmission(ctx, id, reason)
+	by, err := c.operator("by", by)
+	if err != nil {
+		return Submission{}, err
+	}
+	_, found, err := c.store.CancelSubmission(ctx, id, reason, by)
 	if err != nil {
 		return Submission{}, err
 	}

@@ -40,7 +40,8 @@ type WorkOptions struct {
 // When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
 // for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
 // ErrShuttingDown, waits for them to return and returns nil. It returns ErrClientClosed if the
-// client is closed.
+// client is closed. While the task is retired (RetireTask) its submissions wait: Work tries
+// them again every 10 seconds.
 func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context.Context, exec *Execution) error, opts *WorkOptions) error {
 	if fn == nil {
 		return fmt.Errorf("%w: fn is nil", ErrInvalidArgument)
@@ -113,6 +114,9 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 	return nil
 }
 
+// retiredPoll is how often Work tries a retired task's submissions again.
+const retiredPoll = 10 * time.Second
+
 // worker runs one Work call's submissions.
 type worker struct {
 	c         *Client
@@ -129,7 +133,10 @@ func (w *worker) loop(stopCtx, runCtx context.Context) {
 	failures := 0
 	for stopCtx.Err() == nil {
 		ran, err := w.next(stopCtx, runCtx)
+		retired := errors.Is(err, ErrTaskRetired)
 		switch {
+		case retired:
+			failures = 0 // its submissions wait: no warning each time
 		case err != nil && stopCtx.Err() == nil:
 			failures++
 			w.c.log.Warn("taskling: could not take a submission; retrying", zap.String("task", w.app+"/"+w.task), zap.Error(err))
@@ -142,6 +149,9 @@ func (w *worker) loop(stopCtx, runCtx context.Context) {
 		wait := w.c.maxPoll
 		if failures > 0 {
 			wait = min(time.Duration(failures)*100*time.Millisecond, 5*time.Second)
+		}
+		if retired {
+			wait = retiredPoll
 		}
 		select {
 		case <-stopCtx.Done():

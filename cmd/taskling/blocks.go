@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -91,21 +90,18 @@ once it is not). Forcing a block already queued changes nothing.`,
 			if err != nil {
 				return err
 			}
-			if by == "" {
-				by = "cli"
-				if u := os.Getenv("USER"); u != "" {
-					by = "cli:" + u
-				}
+			if err := checkBy(by); err != nil {
+				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if err := c.ForceBlock(ctx, id, by); err != nil {
+				if err := c.ForceBlock(ctx, id, e.operator(by)); err != nil {
 					return err
 				}
 				return e.showBlock(ctx, c, id)
 			})
 		},
 	}
-	force.Flags().StringVar(&by, "by", "", "who forces it, recorded (default cli:$USER)")
+	force.Flags().StringVar(&by, "by", "", byUsage)
 	cmd.AddCommand(list, show, force)
 	return cmd
 }

@@ -139,9 +139,9 @@ func newSubmissionsCommand(e *env) *cobra.Command {
 			})
 		},
 	}
-	var reason string
+	var reason, by string
 	cancel := &cobra.Command{
-		Use:   "cancel ID [--reason R]",
+		Use:   "cancel ID [--reason R] [--by NAME]",
 		Short: "Cancel a submission: a waiting one never runs; a running one's context is cancelled",
 		Long: `Cancel a submission. A waiting one is cancelled at once and never runs. A running one's
 Execution.Context() is cancelled (with ErrSubmissionCancelled); it becomes cancelled when its
@@ -160,8 +160,11 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 				}
 				return usageErrorf("%w", err)
 			}
+			if err := checkBy(by); err != nil {
+				return err
+			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if _, err := c.CancelSubmission(ctx, id, reason); err != nil {
+				if _, err := c.CancelSubmissionBy(ctx, id, reason, e.operator(by)); err != nil {
 					return err
 				}
 				return e.showSubmission(ctx, c, id)
@@ -169,6 +172,7 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 		},
 	}
 	cancel.Flags().StringVar(&reason, "reason", "", "why, kept with the submission and given to a running attempt")
+	cancel.Flags().StringVar(&by, "by", "", byUsage)
 	cmd.AddCommand(list, show, cancel)
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -14,22 +15,10 @@ import (
 )
 
 func newTasksCommand(e *env) *cobra.Command {
-	cmd := &cobra.Command{Use: "tasks", Short: "List tasks, show their slots, set or clear operator overrides"}
-	cmd.AddCommand(newTasksListCommand(e), &cobra.Command{
-		Use:   "show APP/TASK",
-		Short: "One task and each slot: holder execution, host, heartbeat age, alive/dead, fence",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
-			if err != nil {
-				return err
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				return e.showTask(ctx, c, app, task)
-			})
-		},
-	}, newTasksSetCommand(e), &cobra.Command{
-		Use:   "clear APP/TASK",
+	cmd := &cobra.Command{Use: "tasks", Short: "List tasks, show their slots, set or clear operator overrides, retire them"}
+	var clearBy string
+	clear := &cobra.Command{
+		Use:   "clear APP/TASK [--by NAME]",
 		Short: "Remove every operator override: the task returns to its declared settings",
 		Args:  exactArgs(1, "one argument, APP/TASK"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -37,17 +26,35 @@ func newTasksCommand(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkBy(clearBy); err != nil {
+				return err
+			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
 				if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
 					return err
 				}
-				if err := c.ClearOverrides(ctx, app, task); err != nil {
+				if err := c.ClearOverridesBy(ctx, app, task, e.operator(clearBy)); err != nil {
 					return err
 				}
 				return e.showTask(ctx, c, app, task)
 			})
 		},
-	})
+	}
+	clear.Flags().StringVar(&clearBy, "by", "", byUsage)
+	cmd.AddCommand(newTasksListCommand(e), &cobra.Command{
+		Use:   "show APP/TASK",
+		Short: "One task, each slot (holder execution, host, heartbeat age, alive/dead, fence) and its last changes",
+		Args:  exactArgs(1, "one argument, APP/TASK"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			app, task, err := parseTaskArg(args[0])
+			if err != nil {
+				return err
+			}
+			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+				return e.showTask(ctx, c, app, task)
+			})
+		},
+	}, newTasksSetCommand(e), clear, newTasksRetireCommand(e, true), newTasksRetireCommand(e, false), newTasksChangesCommand(e))
 	return cmd
 }
 
@@ -55,13 +62,14 @@ func newTasksListCommand(e *env) *cobra.Command {
 	var f struct{ q, app, status, sort, cursor string }
 	var limit int
 	cmd := &cobra.Command{
-		Use:   "list [--q TEXT] [--app APP] [--status busy|at_limit|waiting|idle] [--sort name|busy] [--limit N] [--cursor C]",
+		Use:   "list [--q TEXT] [--app APP] [--status busy|at_limit|waiting|idle|retired] [--sort name|busy] [--limit N] [--cursor C]",
 		Short: "Tasks: limit in force and its source, slots used/total, starts waiting for a slot, last execution",
 		Long: `List the tasks, a page at a time (--limit, 50 by default), filtered and sorted like
 GET /api/v1/tasks: --q keeps the tasks whose APP/TASK contains the text (ignoring case), --app
 one application's, --status the busy (a slot in use), at_limit (every slot in use), waiting
-(starts queued for a slot) or idle ones; --sort busy puts the tasks at their limit first, then
-the busiest. When more tasks follow, the last line gives the --cursor that lists them.`,
+(starts queued for a slot) or idle ones, or the retired ones, which no other listing shows;
+--sort busy puts the tasks at their limit first, then the busiest. When more tasks follow, the
+last line gives the --cursor that lists them.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			values := map[string]string{"q": f.q, "app": f.app, "status": f.status, "sort": f.sort, "limit": fmt.Sprint(limit), "cursor": f.cursor}
@@ -93,7 +101,7 @@ the busiest. When more tasks follow, the last line gives the --cursor that lists
 	fl := cmd.Flags()
 	fl.StringVar(&f.q, "q", "", "keep the tasks whose APP/TASK contains this text, ignoring case")
 	fl.StringVar(&f.app, "app", "", "keep this application's tasks")
-	fl.StringVar(&f.status, "status", "", "keep the tasks that are busy, at_limit, waiting or idle")
+	fl.StringVar(&f.status, "status", "", "keep the tasks that are busy, at_limit, waiting or idle; or list the retired ones")
 	fl.StringVar(&f.sort, "sort", "name", "order: name, or busy (at the limit first, then the most slots used, then the most waiting)")
 	fl.IntVar(&limit, "limit", httpapi.DefaultTasksPage, fmt.Sprintf("tasks per page, 1 to %d", httpapi.MaxTasksPage))
 	fl.StringVar(&f.cursor, "cursor", "", "list the page after the one that printed this cursor")
@@ -107,6 +115,7 @@ func newTasksSetCommand(e *env) *cobra.Command {
 		enable    bool
 		threshold time.Duration
 		keeps     [3]string
+		by        string
 	)
 	cmd := &cobra.Command{
 		Use:   "set APP/TASK [--limit N] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
@@ -115,7 +124,7 @@ func newTasksSetCommand(e *env) *cobra.Command {
 until 'taskling tasks clear'; the next start on every host obeys them. Lowering the limit
 never evicts a running holder: no new slot is granted until fewer than N hold one.
 The task's row is created if no execution of it ever started, so a limit can be set before
-the first run.`,
+the first run. Each override changed is recorded in the task's changes ('tasks show').`,
 		Args: exactArgs(1, "one argument, APP/TASK"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			app, task, err := parseTaskArg(args[0])
@@ -157,6 +166,10 @@ the first run.`,
 			if u == (taskling.SettingsUpdate{}) {
 				return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
 			}
+			if err := checkBy(by); err != nil {
+				return err
+			}
+			u.By = e.operator(by)
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
 				if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
 					return err
@@ -172,6 +185,7 @@ the first run.`,
 	cmd.Flags().StringVar(&keeps[0], "keep-completed", "", `KeepCompleted: keep completed executions this long ("14d", "36h" or "forever")`)
 	cmd.Flags().StringVar(&keeps[1], "keep-failed", "", "KeepFailed: keep failed and dead executions this long")
 	cmd.Flags().StringVar(&keeps[2], "keep-blocked", "", "KeepBlocked: keep denied starts this long")
+	cmd.Flags().StringVar(&by, "by", "", byUsage)
 	return cmd
 }
 
@@ -253,17 +267,44 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 		fmt.Fprintf(w, "Waiting:   %d\n", d.Waiting)
 	}
 	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)
+	if r := d.Retired; r != nil {
+		fmt.Fprintf(w, "Retired:   by %s at %s (starts are refused)\n", terminalSafe(r.By), clock(r.At))
+	}
+	if d.HasSchedule {
+		schedule := "active"
+		if r := d.ScheduleRetired; r != nil {
+			schedule = fmt.Sprintf("retired by %s at %s", terminalSafe(r.By), clock(r.At))
+		} else if d.Retired != nil {
+			schedule = "dormant while the task is retired"
+		}
+		fmt.Fprintf(w, "Schedule:  %s\n", schedule)
+	}
 	if o := d.Overrides.KeepAliveDeathThreshold; o != nil {
 		fmt.Fprintf(w, "Keep-alive threshold: %s (override)\n", *o)
 	}
 	fmt.Fprintf(w, "Retention: %s\n", terminalSafe(retentionText(d.Retention)))
 	fmt.Fprintln(w)
-	if len(d.Slots) == 0 {
+	if err := printSlots(w, d.Slots); err != nil {
+		return err
+	}
+	changes, err := httpapi.LoadChanges(ctx, c, httpapi.ChangesQuery{App: app, Task: task, Limit: changesShown})
+	if err != nil || len(changes.Changes) == 0 {
+		return err
+	}
+	fmt.Fprintln(w)
+	return printChanges(w, changes.Changes)
+}
+
+// changesShown is how many of a task's last changes 'tasks show' prints.
+const changesShown = 10
+
+func printSlots(w io.Writer, slots []httpapi.Slot) error {
+	if len(slots) == 0 {
 		_, err := fmt.Fprintln(w, "No slots yet.")
 		return err
 	}
 	t := newTable(w, "SLOT", "STATUS", "EXECUTION", "HOST", "HEARTBEAT AGE", "LIVENESS", "FENCE", "PROGRESS")
-	for _, s := range d.Slots {
+	for _, s := range slots {
 		h := s.Holder
 		switch {
 		case h == nil:

@@ -173,6 +173,12 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	summary := text(t, bctx, `dl.summary`)
 	require.Contains(t, summary, "override")
 	require.Contains(t, summary, "2 / 3")
+	// The change made in the browser is in the task's changes: when, who (the dashboard's
+	// session and the browser's address), the field, old → new.
+	changes := text(t, bctx, `#changes tbody`)
+	require.Contains(t, changes, "dashboard@127.0.0.1")
+	require.Contains(t, changes, "concurrency_limit")
+	require.Contains(t, changes, "inherited → 3")
 	screenshot(t, bctx, "dashboard.png")
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
 }

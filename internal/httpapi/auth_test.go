@@ -93,6 +93,10 @@ func TestBrowserSessionIsAServerSetHttpOnlyCookieScopedToTheMountPath(t *testing
 	}
 	require.Equal(t, http.StatusUnauthorized, patch(nil), "a cross-site form can send the cookie's request but not the header")
 	require.Equal(t, http.StatusOK, patch(map[string]string{"X-Taskling-Request": "1"}))
+	changes, err := client.TaskChanges(t.Context(), "app", "export", nil)
+	require.NoError(t, err)
+	require.Len(t, changes.Changes, 1)
+	require.Equal(t, "dashboard@127.0.0.1", changes.Changes[0].By, "a change through the session is the dashboard's")
 
 	// Behind TLS the cookie is Secure.
 	req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/taskling/login", strings.NewReader(url.Values{"token": {token}}.Encode()))

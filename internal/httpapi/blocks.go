@@ -20,7 +20,7 @@ type BlockDetail struct {
 
 // ForceRequest is the optional body of POST /api/v1/blocks/{id}/force.
 type ForceRequest struct {
-	// ForcedBy names who asked (recorded); default "http api".
+	// ForcedBy names who asked, recorded before how the request came ("alice (api@10.0.0.5)").
 	ForcedBy string `json:"forced_by"`
 }
 
@@ -98,14 +98,11 @@ func (h *Handler) forceBlock(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req, bodySpec{what: "force options", unknown: "force option", limit: 16 << 10, emptyOK: true}) {
 		return
 	}
-	if req.ForcedBy == "" {
-		req.ForcedBy = "http api"
-	}
-	if msg := checkText(req.ForcedBy, 200); msg != "" {
-		writeError(w, http.StatusBadRequest, "forced_by", "forced_by "+msg)
+	if err := checkBy("forced_by", req.ForcedBy); err != nil {
+		badField(w, err)
 		return
 	}
-	if err := h.client.ForceBlock(r.Context(), id, req.ForcedBy); err != nil {
+	if err := h.client.ForceBlock(r.Context(), id, h.operator(r, req.ForcedBy)); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -166,7 +166,7 @@ func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := dashboardData{
 		Query: q, Total: list.Total, Applications: list.Applications,
-		Statuses: []string{string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle)},
+		Statuses: []string{string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle), string(taskling.TaskRetired)},
 		Sorts:    []string{string(taskling.TaskSortName), string(taskling.TaskSortBusy)},
 		Filtered: q.Search != "" || q.App != "" || q.Status != "",
 	}
@@ -214,6 +214,9 @@ type taskPageData struct {
 	Blocks      taskBlocks
 	// Timeline: the last hour's slot use and grants / denials / reclaims per minute (timeline.go).
 	Timeline timelineView
+	// Changes: the newest operator changes; MoreChanges says older ones exist.
+	Changes     []Change
+	MoreChanges bool
 }
 
 // submissionRow is a submission as a page shows it.
@@ -258,13 +261,19 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
+	changes, err := LoadChanges(r.Context(), h.client, ChangesQuery{App: app, Task: task, Limit: recentOnTaskPage})
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
 	p := h.basePage(r, app+"/"+task)
 	blocks, err := h.loadTaskBlocks(r, p, app, task)
 	if err != nil {
 		h.pageError(w, r, err)
 		return
 	}
-	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline}
+	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline,
+		Changes: changes.Changes, MoreChanges: changes.NextBefore != nil}
 	for _, group := range [][]taskling.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})

@@ -95,6 +95,9 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	read("GET /api/v1/executions/{id}", h.getExecution)
 	write("PATCH /api/v1/tasks/{app}/{task}/overrides", h.setOverrides)
 	write("DELETE /api/v1/tasks/{app}/{task}/overrides", h.clearOverrides)
+	write("POST /api/v1/tasks/{app}/{task}/retire", h.retire)
+	write("POST /api/v1/tasks/{app}/{task}/unretire", h.unretire)
+	read("GET /api/v1/tasks/{app}/{task}/changes", h.listChanges)
 	read("GET /api/v1/tasks/{app}/{task}/submissions", h.listSubmissions)
 	write("POST /api/v1/tasks/{app}/{task}/submissions", h.submit)
 	read("GET /api/v1/submissions/{id}", h.getSubmission)
@@ -110,6 +113,9 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		"/api/v1/tasks/{app}/{task}/executions":  "GET",
 		"/api/v1/executions/{id}":                "GET",
 		"/api/v1/tasks/{app}/{task}/overrides":   "PATCH, DELETE",
+		"/api/v1/tasks/{app}/{task}/retire":      "POST",
+		"/api/v1/tasks/{app}/{task}/unretire":    "POST",
+		"/api/v1/tasks/{app}/{task}/changes":     "GET",
 		"/api/v1/tasks/{app}/{task}/submissions": "GET, POST",
 		"/api/v1/submissions/{id}":               "GET",
 		"/api/v1/submissions/{id}/cancel":        "POST",
@@ -181,7 +187,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, "", err.Error())
 	case errors.Is(err, taskling.ErrInvalidArgument), errors.Is(err, taskling.ErrInvalidSettings):
 		writeError(w, http.StatusBadRequest, "", err.Error())
-	case errors.Is(err, taskling.ErrSubmissionFinished):
+	case errors.Is(err, taskling.ErrSubmissionFinished), errors.Is(err, taskling.ErrTaskRetired):
 		writeError(w, http.StatusConflict, "", err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away.
@@ -319,6 +325,8 @@ type OverridesRequest struct {
 	KeepAliveInterval       *string `json:"keep_alive_interval"`
 	KeepAliveDeathThreshold *string `json:"keep_alive_death_threshold"`
 	OverrideThreshold       *string `json:"override_threshold"`
+	// By names who asks, recorded in the task's changes before how the request came.
+	By string `json:"by"`
 }
 
 // FieldError is an invalid input, naming the field.
@@ -367,7 +375,7 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	if u == (taskling.SettingsUpdate{}) {
 		return u, &FieldError{"body", "names no override; give at least one of concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold"}
 	}
-	return u, nil
+	return u, checkBy("by", o.By)
 }
 
 func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration, error) {
@@ -446,6 +454,7 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
 		return
 	}
+	update.By = h.operator(r, req.By)
 	if err := h.client.UpdateTaskSettings(r.Context(), app, task, update); err != nil {
 		h.fail(w, r, err)
 		return
@@ -459,7 +468,7 @@ func (h *Handler) clearOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	if err := h.client.ClearOverrides(r.Context(), app, task); err != nil {
+	if err := h.client.ClearOverridesBy(r.Context(), app, task, h.operator(r, "")); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -25,7 +25,7 @@ const (
 type TasksQuery struct {
 	Search string // q: case-insensitive substring of "app/task"
 	App    string // exact application
-	Status string // busy, at_limit, waiting, idle
+	Status string // busy, at_limit, waiting, idle, retired ("": all but the retired)
 	Sort   string // name (default), busy
 	Limit  int    // 1 to MaxTasksPage; 0 every task
 	Cursor string // a next_cursor
@@ -52,10 +52,10 @@ func ParseTasksQuery(get func(string) string) (q TasksQuery, field string, err e
 		q.App = s
 	}
 	switch s := get("status"); s {
-	case "", string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle):
+	case "", string(taskling.TaskBusy), string(taskling.TaskAtLimit), string(taskling.TaskWaiting), string(taskling.TaskIdle), string(taskling.TaskRetired):
 		q.Status = s
 	default:
-		return q, "status", fmt.Errorf("status %q is not one of busy, at_limit, waiting, idle", s)
+		return q, "status", fmt.Errorf("status %q is not one of busy, at_limit, waiting, idle, retired", s)
 	}
 	switch s := get("sort"); s {
 	case "", string(taskling.TaskSortName), string(taskling.TaskSortBusy):

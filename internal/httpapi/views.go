@@ -36,6 +36,11 @@ type Task struct {
 	// the oldest queued (null if none).
 	Waiting         int        `json:"waiting"`
 	OldestWaitSince *time.Time `json:"oldest_wait_since"`
+	// Retired: when and by whom the task was retired (null if it is not); HasSchedule: it has a
+	// schedule, retired as ScheduleRetired says.
+	Retired         *Retirement `json:"retired"`
+	HasSchedule     bool        `json:"has_schedule"`
+	ScheduleRetired *Retirement `json:"schedule_retired"`
 }
 
 // Disagreement is a different limit another host declared until at.
@@ -169,6 +174,7 @@ func NewTask(s taskling.TaskInfo) Task {
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
 		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince),
 		Disagreement: disagreementOf(s.Disagreement),
+		Retired:      retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
 		Overrides: Overrides{
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,

@@ -21,7 +21,7 @@
 //	taskling_blocks_at_retry_limit{task}     blocks no execution with the same options takes
 //	                                         again (BlockInfo.AtRetryLimit; gauge)
 //	taskling_grants_total{task}              starts granted a slot
-//	taskling_denials_total{task,reason}      starts denied: reason limit, disabled or duplicate
+//	taskling_denials_total{task,reason}      starts denied: reason limit, disabled, duplicate or retired
 //	                                         (a WaitForSlot start counts once, when it gives up)
 //	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
 //	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
@@ -75,7 +75,7 @@ func New(client *taskling.Client) *Metrics {
 	m := &Metrics{
 		client:            client,
 		grants:            counter("grants_total", "Starts granted a slot.", "task"),
-		denials:           counter("denials_total", "Starts denied, by reason (limit, disabled, duplicate).", "task", "reason"),
+		denials:           counter("denials_total", "Starts denied, by reason (limit, disabled, duplicate, retired).", "task", "reason"),
 		reclaims:          counter("reclaims_total", "Slots taken from, or removed with, dead holders.", "task"),
 		leaseLosses:       counter("lease_losses_total", "Executions whose context was cancelled because the lease was lost.", "task"),
 		heartbeatFailures: counter("heartbeat_failures_total", "Heartbeats that failed and were retried.", "task"),

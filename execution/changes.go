@@ -1,0 +1,410 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/georgysavva/scany/v2/pgxscan"
+	"github.com/jackc/pgx/v5"
+)
+
+// Operator changes: every change an operator makes to a task is written to
+// taskling.operator_change — who, when, the field, its old and new value as text — in the
+// transaction that makes the change, so that the trail and the task never disagree.
+
+// Fields of operator changes (Change.Field): the overrides by their API names, retirement, and
+// "block #ID" and "submission #ID" for a forced block or a cancelled submission.
+const (
+	FieldConcurrencyLimit        = "concurrency_limit"
+	FieldEnabled                 = "enabled"
+	FieldDeathMode               = "death_mode"
+	FieldKeepAliveInterval       = "keep_alive_interval"
+	FieldKeepAliveDeathThreshold = "keep_alive_death_threshold"
+	FieldOverrideThreshold       = "override_threshold"
+	FieldKeepCompleted           = "keep_completed"
+	FieldKeepFailed              = "keep_failed"
+	FieldKeepBlocked             = "keep_blocked"
+	FieldRetired                 = "retired"
+	FieldScheduleRetired         = "schedule_retired"
+)
+
+// ErrTaskRetired: the task is retired. Its starts are refused; so is a change of its enabled
+// override (unretire it first).
+var ErrTaskRetired = errors.New("taskling: task is retired")
+
+// Change is one recorded operator change. Old and New are nil for "not overridden".
+type Change struct {
+	ID    int64     `db:"id"`
+	At    time.Time `db:"at"`
+	By    string    `db:"changed_by"`
+	Field string    `db:"field"`
+	Old   *string   `db:"old_value"`
+	New   *string   `db:"new_value"`
+}
+
+// insertChangesSQL records changes of task $1 by $2, given as parallel arrays, in their order.
+const insertChangesSQL = `
+INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
+SELECT $1, $2, c.f, c.o, c.n
+FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS c(f, o, n, i)
+ORDER BY c.i`
+
+// changeList collects the fields whose value changes.
+type changeList struct {
+	fields     []string
+	olds, news []*string
+}
+
+func (c *changeList) add(field string, old, new *string) {
+	if old == nil && new == nil || old != nil && new != nil && *old == *new {
+		return
+	}
+	c.fields, c.olds, c.news = append(c.fields, field), append(c.olds, old), append(c.news, new)
+}
+
+func (c *changeList) queue(b *pgx.Batch, taskID int64, by string) {
+	if len(c.fields) > 0 {
+		b.Queue(insertChangesSQL, taskID, by, c.fields, c.olds, c.news)
+	}
+}
+
+// Values as operators read them; nil stays nil (not overridden).
+
+func textOf[T any](p *T, format func(T) string) *string {
+	if p == nil {
+		return nil
+	}
+	s := format(*p)
+	return &s
+}
+
+// LimitText writes a concurrency limit: "unlimited" for -1.
+func LimitText(n int) string {
+	if n == -1 {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
+}
+
+// ModeText writes a stored death mode.
+func ModeText(m int16) string {
+	switch m {
+	case modeKeepAlive:
+		return "keepalive"
+	case modeOverride:
+		return "override"
+	}
+	return strconv.Itoa(int(m))
+}
+
+// KeepText writes a keep setting: "forever", whole days as "14d", whole hours as "36h", else a
+// Go duration.
+func KeepText(d time.Duration) string {
+	switch {
+	case d >= KeepForever-time.Microsecond: // intervals are stored in microseconds
+		return "forever"
+	case d > 0 && d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	case d > 0 && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	}
+	return d.String()
+}
+
+func durationText(d time.Duration) string { return d.String() }
+
+// OverridesChange is an operator's change of a task's overrides.
+type OverridesChange struct {
+	Set  Overrides          // nil fields are left as they are
+	Keep RetentionOverrides // nil fields are left as they are
+	// Clear removes every override (Set and Keep are then ignored).
+	Clear bool
+	By    string
+}
+
+// storedOverrides are a task's overrides as its row and its retention row hold them, the
+// enabled one as operators set it: a retired task's row says disabled, and keeps the override
+// it had before retiring in retired_enabled.
+type storedOverrides struct {
+	o       Overrides
+	keep    RetentionOverrides
+	retired bool
+}
+
+func (s storedOverrides) record(c *changeList, next storedOverrides) {
+	o, n := s.o, next.o
+	c.add(FieldConcurrencyLimit, textOf(o.ConcurrencyLimit, LimitText), textOf(n.ConcurrencyLimit, LimitText))
+	c.add(FieldEnabled, textOf(o.Enabled, strconv.FormatBool), textOf(n.Enabled, strconv.FormatBool))
+	c.add(FieldDeathMode, textOf(o.DeathMode, ModeText), textOf(n.DeathMode, ModeText))
+	c.add(FieldKeepAliveInterval, textOf(o.KeepAliveInterval, durationText), textOf(n.KeepAliveInterval, durationText))
+	c.add(FieldKeepAliveDeathThreshold, textOf(o.KeepAliveDeathThreshold, durationText), textOf(n.KeepAliveDeathThreshold, durationText))
+	c.add(FieldOverrideThreshold, textOf(o.OverrideThreshold, durationText), textOf(n.OverrideThreshold, durationText))
+	k, nk := s.keep, next.keep
+	c.add(FieldKeepCompleted, textOf(k.Completed, KeepText), textOf(nk.Completed, KeepText))
+	c.add(FieldKeepFailed, textOf(k.Failed, KeepText), textOf(nk.Failed, KeepText))
+	c.add(FieldKeepBlocked, textOf(k.Blocked, KeepText), textOf(nk.Blocked, KeepText))
+}
+
+// apply returns s changed by c.
+func (s storedOverrides) apply(c OverridesChange) storedOverrides {
+	if c.Clear {
+		return storedOverrides{retired: s.retired}
+	}
+	next := s
+	pick := func(dst **time.Duration, v *time.Duration) {
+		if v != nil {
+			*dst = v
+		}
+	}
+	if v := c.Set.ConcurrencyLimit; v != nil {
+		next.o.ConcurrencyLimit = v
+	}
+	if v := c.Set.Enabled; v != nil {
+		next.o.Enabled = v
+	}
+	if v := c.Set.DeathMode; v != nil {
+		next.o.DeathMode = v
+	}
+	pick(&next.o.KeepAliveInterval, c.Set.KeepAliveInterval)
+	pick(&next.o.KeepAliveDeathThreshold, c.Set.KeepAliveDeathThreshold)
+	pick(&next.o.OverrideThreshold, c.Set.OverrideThreshold)
+	pick(&next.keep.Completed, c.Keep.Completed)
+	pick(&next.keep.Failed, c.Keep.Failed)
+	pick(&next.keep.Blocked, c.Keep.Blocked)
+	return next
+}
+
+const lockOverridesSQL = `
+SELECT concurrency_limit, CASE WHEN retired_at IS NULL THEN enabled ELSE retired_enabled END, death_mode,
+    keep_alive_interval, keep_alive_death_threshold, override_threshold, retired_at IS NOT NULL
+FROM taskling.task_definition WHERE id = $1 FOR UPDATE`
+
+// writeOverridesSQL writes a task's overrides ($3: the enabled one as set; a retired task's
+// row stays disabled and keeps it for its unretiring) and wakes its waiters, since a raised limit
+// or an enabled task may let them in.
+const writeOverridesSQL = `
+WITH u AS (
+    UPDATE taskling.task_definition SET
+        concurrency_limit = $2,
+        enabled = CASE WHEN retired_at IS NULL THEN $3 ELSE false END,
+        retired_enabled = CASE WHEN retired_at IS NULL THEN NULL ELSE $3 END,
+        death_mode = $4, keep_alive_interval = $5, keep_alive_death_threshold = $6, override_threshold = $7,
+        overrides_updated_at = clock_timestamp()
+    WHERE id = $1
+    RETURNING id
+)
+SELECT pg_notify('` + notifyChannel + `', id::text) FROM u`
+
+// ChangeOverrides makes an operator's change of a task's overrides and records each field whose
+// value it changes, in one transaction: the old values are read under the task row's lock (and,
+// first, the retention row's, so that the task row is never held while a cleanup batch holds
+// that one). The next acquisition on every host obeys the new overrides. A change of a retired
+// task's enabled override is refused with ErrTaskRetired, and a refused change writes nothing.
+// It returns how many fields changed.
+func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesChange) (int, error) {
+	if !c.Clear {
+		if err := c.Set.ValidateFields(); err != nil {
+			return 0, err
+		}
+		if err := c.Keep.ValidateFields(); err != nil {
+			return 0, err
+		}
+	}
+	keepToo := c.Clear || !c.Keep.IsZero()
+	writeTask := c.Clear || !c.Set.IsZero() || c.Keep.IsZero() // an empty change still wakes waiters
+	var changes changeList
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var old storedOverrides
+		b := &pgx.Batch{}
+		if keepToo {
+			b.Queue(`INSERT INTO taskling.retention (task_id) VALUES ($1) ON CONFLICT (task_id) DO NOTHING`, taskID)
+			b.Queue(`SELECT override_completed, override_failed, override_blocked FROM taskling.retention WHERE task_id = $1 FOR UPDATE`, taskID).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&old.keep.Completed, &old.keep.Failed, &old.keep.Blocked) })
+		}
+		b.Queue(lockOverridesSQL, taskID).QueryRow(func(row pgx.Row) error {
+			o := &old.o
+			return row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
+				&o.OverrideThreshold, &old.retired)
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if old.retired && c.Set.Enabled != nil && !c.Clear {
+			return fmt.Errorf("%w: unretire it before enabling or disabling it", ErrTaskRetired)
+		}
+		next := old.apply(c)
+		old.record(&changes, next)
+		b = &pgx.Batch{}
+		if writeTask {
+			o := next.o
+			b.Queue(writeOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode, o.KeepAliveInterval,
+				o.KeepAliveDeathThreshold, o.OverrideThreshold)
+		}
+		if keepToo {
+			b.Queue(`UPDATE taskling.retention SET override_completed = $2, override_failed = $3, override_blocked = $4 WHERE task_id = $1`,
+				taskID, next.keep.Completed, next.keep.Failed, next.keep.Blocked)
+		}
+		changes.queue(b, taskID, c.By)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("execution: change the overrides of task %d: %w", taskID, err)
+	}
+	return len(changes.fields), nil
+}
+
+// retireTaskSQL retires task $1 by $2 unless it is retired: its enabled override becomes false
+// (kept in retired_enabled), so every host refuses its starts, and its waiters are woken to learn
+// it.
+const retireTaskSQL = `
+WITH u AS (
+    UPDATE taskling.task_definition SET retired_at = now(), retired_by = $2, retired_enabled = enabled, enabled = false
+    WHERE id = $1 AND retired_at IS NULL
+    RETURNING id
+), c AS (
+    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
+    SELECT id, $2, '` + FieldRetired + `', 'no', 'yes' FROM u
+)
+SELECT pg_notify('` + notifyChannel + `', id::text) IS NULL FROM u`
+
+// retireScheduleSQL retires the schedule of task $1 by $2 unless it is retired; it answers
+// whether the task has a schedule and whether it changed.
+const retireScheduleSQL = `
+WITH u AS (
+    UPDATE taskling.schedule SET retired_at = now(), retired_by = $2
+    WHERE task_id = $1 AND retired_at IS NULL
+    RETURNING task_id
+), c AS (
+    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
+    SELECT task_id, $2, '` + FieldScheduleRetired + `', 'no', 'yes' FROM u
+)
+SELECT EXISTS (SELECT 1 FROM taskling.schedule WHERE task_id = $1), EXISTS (SELECT 1 FROM u)`
+
+// RetireTask retires a task, recording the change: every host refuses its starts from the next
+// one on, it leaves the lists, its schedule claims nothing. changed is false when it was retired
+// already (nothing is written).
+func (s *Store) RetireTask(ctx context.Context, taskID int64, by string) (changed bool, err error) {
+	rows, err := s.pool.Query(ctx, retireTaskSQL, taskID, by)
+	if err != nil {
+		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
+	}
+	n, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
+	}
+	return len(n) > 0, nil
+}
+
+// RetireSchedule retires a task's schedule, recording the change: no host claims its instants
+// while it is retired. found is false when the task has no schedule.
+func (s *Store) RetireSchedule(ctx context.Context, taskID int64, by string) (changed, found bool, err error) {
+	if err := s.pool.QueryRow(ctx, retireScheduleSQL, taskID, by).Scan(&found, &changed); err != nil {
+		return false, false, fmt.Errorf("execution: retire the schedule of task %d: %w", taskID, err)
+	}
+	return changed, found, nil
+}
+
+// UnretireRequest ends the retirement of a task, or of its schedule.
+type UnretireRequest struct {
+	TaskID   int64
+	Schedule bool // the schedule's retirement, not the task's
+	By       string
+	// Gap, when set, moves the task's schedule cursor from Gap.Expected to Next, recording
+	// Gap.Events (the instants that came due while it was retired: decided, not run), by a
+	// compare-and-set: if the cursor moved meanwhile, nothing is written and the error is a
+	// schedule conflict (IsScheduleConflict).
+	Gap  *ScheduleClaim
+	Next time.Time
+	Host string // recorded with the gap's events
+}
+
+// gapSQL moves the cursor over a retirement's gap, whatever the schedule's retirement; a failed
+// compare-and-set aborts the transaction.
+var gapSQL = moveCursorCTEWhere("") + cursorMovedSQL
+
+// Unretire ends a retirement, recording the change, and wakes the task's waiters and schedulers.
+// changed is false when it was not retired (nothing is written).
+func (s *Store) Unretire(ctx context.Context, req UnretireRequest) (changed bool, err error) {
+	clear, field := `
+UPDATE taskling.task_definition SET enabled = retired_enabled, retired_at = NULL, retired_by = NULL, retired_enabled = NULL
+WHERE id = $1 AND retired_at IS NOT NULL RETURNING id`, FieldRetired
+	if req.Schedule {
+		clear, field = `
+UPDATE taskling.schedule SET retired_at = NULL, retired_by = NULL
+WHERE task_id = $1 AND retired_at IS NOT NULL RETURNING task_id`, FieldScheduleRetired
+	}
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, clear, req.TaskID)
+		if err != nil {
+			return err
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		changed = true
+		b := &pgx.Batch{}
+		if g := req.Gap; g != nil {
+			a := toArrays(g.Events)
+			b.Queue(gapSQL, req.TaskID, req.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details, req.Next, g.Expected)
+		}
+		was, now := "yes", "no"
+		changes := changeList{fields: []string{field}, olds: []*string{&was}, news: []*string{&now}}
+		changes.queue(b, req.TaskID, req.By)
+		b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1::text)`, strconv.FormatInt(req.TaskID, 10))
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		changed = false
+		if IsScheduleConflict(err) {
+			return false, err
+		}
+		return false, fmt.Errorf("execution: unretire task %d: %w", req.TaskID, err)
+	}
+	return changed, nil
+}
+
+// Retirement is when and by whom a task, or its schedule, was retired.
+type Retirement struct {
+	At time.Time
+	By string
+}
+
+// Retired returns a task's retirement, nil when it is not retired.
+func (s *Store) Retired(ctx context.Context, taskID int64) (*Retirement, error) {
+	var at *time.Time
+	var by *string
+	err := s.pool.QueryRow(ctx, `SELECT retired_at, retired_by FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&at, &by)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("execution: retirement of task %d: %w", taskID, err)
+	}
+	return retirementOf(at, by), nil
+}
+
+func retirementOf(at *time.Time, by *string) *Retirement {
+	if at == nil {
+		return nil
+	}
+	r := &Retirement{At: *at}
+	if by != nil {
+		r.By = *by
+	}
+	return r
+}
+
+// Changes returns a task's operator changes, newest first: at most limit, those before the
+// change with id before (0: from the newest).
+func (s *Store) Changes(ctx context.Context, taskID, before int64, limit int) ([]Change, error) {
+	var out []Change
+	err := pgxscan.Select(ctx, s.pool, &out, `
+SELECT id, at, changed_by, field, old_value, new_value FROM taskling.operator_change
+WHERE task_id = $1 AND ($2 = 0 OR id < $2)
+ORDER BY id DESC LIMIT $3`, taskID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("execution: changes of task %d: %w", taskID, err)
+	}
+	return out, nil
+}
