@@ -253,10 +253,13 @@ func (s *Store) runBatch(batch []*op) {
 			return
 		}
 		var tx *txConn
-		err := s.runTx(ctx, func(ctx context.Context, t *txConn) error {
-			tx = t
-			return s.tokenTx(ctx, t, live, legacy)
-		})
+		err := s.detectEpochs(ctx)
+		if err == nil {
+			err = s.runTx(ctx, func(ctx context.Context, t *txConn) error {
+				tx = t
+				return s.tokenTx(ctx, t, live, legacy)
+			})
+		}
 		if err == nil || errors.Is(err, errRollback) {
 			s.remember(tx.seen, tx.reservedAhead)
 		} else {

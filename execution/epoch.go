@@ -19,20 +19,27 @@ type epochSupport struct {
 	known, has atomic.Bool
 }
 
+// detectEpochs looks up, once, whether the schema has taskling.epoch. It runs before a token
+// transaction takes its connection (a pool of one connection must not wait for itself).
+func (s *Store) detectEpochs(ctx context.Context) error {
+	if s.epochs.known.Load() {
+		return nil
+	}
+	var has bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL`).Scan(&has); err != nil {
+		return fmt.Errorf("execution: look for taskling.epoch: %w", err)
+	}
+	s.epochs.has.Store(has)
+	s.epochs.known.Store(true)
+	return nil
+}
+
 // clockQuery is the clock statement the schema supports.
-func (s *Store) clockQuery(ctx context.Context) (string, error) {
-	if !s.epochs.known.Load() {
-		var has bool
-		if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL`).Scan(&has); err != nil {
-			return "", fmt.Errorf("execution: look for taskling.epoch: %w", err)
-		}
-		s.epochs.has.Store(has)
-		s.epochs.known.Store(true)
-	}
+func (s *Store) clockQuery() string {
 	if s.epochs.has.Load() {
-		return clockSQL, nil
+		return clockSQL
 	}
-	return legacyClockSQL, nil
+	return legacyClockSQL
 }
 
 // recentWindow and recentMax bound what is remembered: asynchronous standbys lag seconds.

@@ -120,10 +120,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	ended := map[int64]int16{}
 	var legacyRows map[int64]holder
 
-	clock, err := s.clockQuery(ctx)
-	if err != nil {
-		return nil, err
-	}
+	clock := s.clockQuery()
 	b := tx.begin()
 	b.Queue(lockTasksSQL, ids).Query(func(rows pgx.Rows) error {
 		return scanTaskRows(rows, func(r taskRow) {

@@ -284,6 +284,21 @@ func (c *Client) noteRetention(req execution.AcquireRequest) {
 	}()
 }
 
+// startCleaner starts the automatic cleanup once, with the client's first start: a client that
+// only reads (the CLI, a dashboard) never cleans.
+func (c *Client) startCleaner() {
+	if c.cleanupEvery <= 0 {
+		return
+	}
+	c.cleaner.Do(func() {
+		if c.isClosed() {
+			return
+		}
+		c.live.Add(1)
+		go c.cleanLoop(c.cleanupEvery)
+	})
+}
+
 // cleanLoop is the automatic cleanup: every interval (with jitter) it claims the tasks not
 // cleaned for an interval, fleet-wide, and cleans them.
 func (c *Client) cleanLoop(interval time.Duration) {

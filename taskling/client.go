@@ -69,7 +69,8 @@ type Config struct {
 	// transaction Pooler; without it such a client does not listen, and its waiters poll.
 	ListenerConnString string
 	// CleanupInterval: how often at most each task's history is cleaned, fleet-wide, by its
-	// keep settings (every client takes part: each task is claimed by one host at a time).
+	// keep settings (every client that starts executions takes part, from its first start; each
+	// task is claimed by one host at a time).
 	// Default 5 minutes; at least 1s; negative turns this client's automatic cleanup off.
 	CleanupInterval time.Duration
 }
@@ -90,6 +91,9 @@ type Client struct {
 	taskIDs   sync.Map       // "app\x00task" -> int64
 	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
 	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
+
+	cleanupEvery time.Duration // the automatic cleanup's interval; negative: none
+	cleaner      sync.Once     // starts the automatic cleanup with the client's first start
 
 	sched scheduler    // cron registrations (schedule.go)
 	hb    *heartbeater // the session and its heartbeats (heartbeat.go)
@@ -183,10 +187,7 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	}
 	c.hb = newHeartbeater(c)
 	c.drain.init()
-	if cleanupEvery > 0 {
-		c.live.Add(1)
-		go c.cleanLoop(cleanupEvery)
-	}
+	c.cleanupEvery = cleanupEvery
 	return c, nil
 }
 

@@ -126,6 +126,7 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	}
 	c.report(app, task, req, res, retired != nil)
 	c.noteRetention(req)
+	c.startCleaner()
 	if d := res.ConflictingDeclaration; d != nil {
 		c.noteDispute(req, *d)
 		c.log.Warn("taskling: hosts declare different concurrency limits for one task; the last requester's limit is in force unless an operator override is set",
