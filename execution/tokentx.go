@@ -150,21 +150,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		})
 	}
 	if len(refs) > 0 {
-		b.Queue(claimsSQL, refTasks, refs).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var task int64
-				var ref string
-				var c claim
-				if err := rows.Scan(&task, &ref, &c.exec, &c.succeeded); err != nil {
-					return err
-				}
-				if claims[task] == nil {
-					claims[task] = map[string]claim{}
-				}
-				claims[task][ref] = c
-			}
-			return nil
-		})
+		b.Queue(claimsSQL, refTasks, refs).Query(func(rows pgx.Rows) error { return scanClaims(rows, claims) })
 	}
 	if len(legacy) > 0 {
 		legacyRows = map[int64]holder{}
@@ -223,6 +209,23 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
+}
+
+// scanClaims reads claimsSQL's rows into claims, by task and reference value.
+func scanClaims(rows pgx.Rows, claims map[int64]map[string]claim) error {
+	for rows.Next() {
+		var task int64
+		var ref string
+		var c claim
+		if err := rows.Scan(&task, &ref, &c.exec, &c.succeeded); err != nil {
+			return err
+		}
+		if claims[task] == nil {
+			claims[task] = map[string]claim{}
+		}
+		claims[task][ref] = c
+	}
+	return nil
 }
 
 // errNewEpoch: the server writes on a timeline taskling.epoch does not know yet (a failover or a
