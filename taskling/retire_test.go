@@ -132,15 +132,18 @@ func TestARetiredScheduleClaimsNothingUntilUnretired(t *testing.T) {
 	fn := func(context.Context, *taskling.Execution) error { runs.Add(1); return nil }
 	h := startCronHost(t, pool, "h1", "* * * * * *", fn, nil)
 	c := h.client
+	var attempts atomic.Int64 // acquisitions, claims included
+	c.AddHooks(taskling.Hooks{AcquireDone: func(string, string, time.Duration) { attempts.Add(1) }})
 	waitFor(t, 10*time.Second, "a first run", func() bool { return runs.Load() >= 1 })
 
 	quiet := func(retire, unretire func(ctx context.Context, app, task, by string) error, what string) {
 		t.Helper()
 		require.NoError(t, retire(ctx, "app", "cron", "ops"))
 		time.Sleep(500 * time.Millisecond) // a run claimed before may still start
-		n := runs.Load()
+		n, tried := runs.Load(), attempts.Load()
 		time.Sleep(2500 * time.Millisecond)
 		require.Equal(t, n, runs.Load(), "no instant claimed while the %s is retired", what)
+		require.Equal(t, tried, attempts.Load(), "nor tried: the scheduler sleeps")
 		require.NoError(t, unretire(ctx, "app", "cron", "ops"))
 		waitFor(t, 10*time.Second, "runs again after unretiring the "+what, func() bool { return runs.Load() > n })
 	}
