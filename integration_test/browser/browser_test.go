@@ -556,6 +556,21 @@ func text(t *testing.T, ctx context.Context, selector string) string {
 	return strings.TrimSpace(*v)
 }
 
+// waitText waits until the first element matching selector reads want: the auto-refresh may be
+// replacing the element (or the page loading) when it is first looked for.
+func waitText(t *testing.T, ctx context.Context, selector, want string) {
+	t.Helper()
+	sel, err := json.Marshal(selector)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[*string](`(function () { var e = document.querySelector(`+string(sel)+`); return e ? e.innerText : null; })()`))
+		if err != nil || v == nil {
+			return false
+		}
+		return strings.TrimSpace(*v) == want
+	}, 5*time.Second, 20*time.Millisecond, "%s never read %q", selector, want)
+}
+
 func progressValue(t *testing.T, ctx context.Context, sel chromedp.CSS) int {
 	t.Helper()
 	v, err := chromedp.Run(ctx, chromedp.AttributeValue(sel, "value"))
@@ -613,7 +628,7 @@ SELECT app, 'job-' || lpad(i::text, 3, '0'), 2, 'seed' FROM unnest(array['alpha'
 		return n
 	}
 	require.Eventually(t, func() bool { return rows() == 50 }, 5*time.Second, 20*time.Millisecond, "the first page") // the auto-refresh may be replacing the table
-	require.Equal(t, "120 tasks", text(t, bctx, `#task-count`))
+	waitText(t, bctx, `#task-count`, "120 tasks")
 
 	// Search within one application.
 	require.NoError(t, chromedp.Do(bctx,
@@ -622,7 +637,7 @@ SELECT app, 'job-' || lpad(i::text, 3, '0'), 2, 'seed' FROM unnest(array['alpha'
 		chromedp.Click(chromedp.CSS(`#filter-submit`)),
 		chromedp.WaitVisible(chromedp.CSS(`#filter-clear`)),
 	))
-	require.Equal(t, "10 tasks match", text(t, bctx, `#task-count`))
+	waitText(t, bctx, `#task-count`, "10 tasks match")
 	list := text(t, bctx, `table.tasks tbody`)
 	require.Contains(t, list, "beta/job-010")
 	require.Contains(t, list, "beta/job-019")
