@@ -85,14 +85,13 @@ func (o RetentionOverrides) ValidateFields() error {
 // RetentionState is a task's row of taskling.retention: what its hosts declared, the operator's
 // overrides and its last cleaning.
 type RetentionState struct {
-	Declared     *Retention // nil: no host declared one yet
-	DeclaredBy   string
-	Overrides    RetentionOverrides
-	LastCleaned  *time.Time
-	CleaningBy   string // the host cleaning it now, if any
-	RowsDeleted  int64
-	DeclaredAt   *time.Time
-	claimedUntil *time.Time
+	Declared    *Retention // nil: no host declared one yet
+	DeclaredBy  string
+	Overrides   RetentionOverrides
+	LastCleaned *time.Time
+	CleaningBy  string // the host cleaning it now, if any
+	RowsDeleted int64
+	DeclaredAt  *time.Time
 }
 
 // Effective is the retention in force: the operator's overrides over what hosts declared, over
@@ -124,13 +123,14 @@ WHERE (r.declared_completed, r.declared_failed, r.declared_blocked, r.declared_b
 
 const retentionColumns = `r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
     r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
-    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0), r.claimed_until`
+    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)`
 
-func scanRetention(row pgx.Row) (RetentionState, error) {
+// scanRetention scans retentionColumns, after the row's leading columns into lead.
+func scanRetention(row pgx.Row, lead ...any) (RetentionState, error) {
 	var st RetentionState
 	var c, f, b *time.Duration
-	err := row.Scan(&c, &f, &b, &st.DeclaredBy, &st.DeclaredAt, &st.Overrides.Completed, &st.Overrides.Failed,
-		&st.Overrides.Blocked, &st.LastCleaned, &st.CleaningBy, &st.RowsDeleted, &st.claimedUntil)
+	err := row.Scan(append(lead, &c, &f, &b, &st.DeclaredBy, &st.DeclaredAt, &st.Overrides.Completed, &st.Overrides.Failed,
+		&st.Overrides.Blocked, &st.LastCleaned, &st.CleaningBy, &st.RowsDeleted)...)
 	if c != nil && f != nil && b != nil {
 		st.Declared = &Retention{Completed: *c, Failed: *f, Blocked: *b}
 	}
@@ -178,15 +178,9 @@ func (s *Store) cleanupTasks(ctx context.Context, sql string, args ...any) ([]Cl
 	var out []CleanupTask
 	for rows.Next() {
 		var t CleanupTask
-		var c, f, b *time.Duration
-		st := &t.Retention
-		if err := rows.Scan(&t.TaskID, &t.Application, &t.Task, &c, &f, &b, &st.DeclaredBy, &st.DeclaredAt,
-			&st.Overrides.Completed, &st.Overrides.Failed, &st.Overrides.Blocked, &st.LastCleaned, &st.CleaningBy,
-			&st.RowsDeleted, &st.claimedUntil); err != nil {
+		var err error
+		if t.Retention, err = scanRetention(rows, &t.TaskID, &t.Application, &t.Task); err != nil {
 			return nil, fmt.Errorf("execution: tasks due for cleanup: %w", err)
-		}
-		if c != nil && f != nil && b != nil {
-			st.Declared = &Retention{Completed: *c, Failed: *f, Blocked: *b}
 		}
 		out = append(out, t)
 	}
