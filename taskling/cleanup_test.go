@@ -407,3 +407,22 @@ func TestCleanupOfTasksWithoutARetentionRow(t *testing.T) {
 	require.Len(t, res, 1)
 	require.Equal(t, taskling.CleanupCounts{Completed: 29}, res[0].Counts, "all but the latest")
 }
+
+// TestACleanerThatDiedFreesItsTaskWhenItsClaimLapses: a task another host is cleaning is skipped
+// while that host's claim holds; once the claim lapses (the host died without releasing it),
+// another host cleans the task.
+func TestACleanerThatDiedFreesItsTaskWhenItsClaimLapses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(withLimit(1)))
+	b.run(t, false, 0)
+	seedOldExecutions(t, b, 10)
+	b.exec(t, `INSERT INTO taskling.retention (task_id, last_cleaned_at, claimed_by, claimed_until)
+SELECT id, now(), 'dead-host', now() + interval '1 hour' FROM taskling.task_definition WHERE task_name = $1`, b.task)
+	res, err := b.client.Cleanup(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	require.Equal(t, "another host is cleaning it", res[0].Skipped)
+	require.Equal(t, 11, b.count(t, `SELECT count(*) FROM taskling.task_execution`))
+
+	b.exec(t, `UPDATE taskling.retention SET claimed_until = now() - interval '1 second'`)
+	require.Equal(t, taskling.CleanupCounts{Completed: 10}, b.cleanup(t, b.client))
+}
