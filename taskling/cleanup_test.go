@@ -417,7 +417,9 @@ func TestACleanerThatDiedFreesItsTaskWhenItsClaimLapses(t *testing.T) {
 	b.run(t, false, 0)
 	seedOldExecutions(t, b, 10)
 	b.exec(t, `INSERT INTO taskling.retention (task_id, last_cleaned_at, claimed_by, claimed_until)
-SELECT id, now(), 'dead-host', now() + interval '1 hour' FROM taskling.task_definition WHERE task_name = $1`, b.task)
+SELECT id, now(), 'dead-host', now() + interval '1 hour' FROM taskling.task_definition WHERE task_name = $1
+ON CONFLICT (task_id) DO UPDATE SET last_cleaned_at = excluded.last_cleaned_at, claimed_by = excluded.claimed_by,
+    claimed_until = excluded.claimed_until`, b.task)
 	res, err := b.client.Cleanup(b.ctx, b.app, b.task, nil)
 	require.NoError(t, err)
 	require.Equal(t, "another host is cleaning it", res[0].Skipped)
