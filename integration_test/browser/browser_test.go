@@ -467,7 +467,7 @@ func TestTaskTimelineInARealBrowser(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = running.Complete(context.Background()) })
 	silent, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-2", Defaults: taskling.TaskSettings{
-		ConcurrencyLimit: 2, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 500 * time.Millisecond}})
+		ConcurrencyLimit: 2, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 1500 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(silent.Close)
 	dead, err := silent.StartExecution(ctx, "reports", "nightly", nil)
@@ -475,9 +475,11 @@ func TestTaskTimelineInARealBrowser(t *testing.T) {
 	t.Cleanup(func() { _ = dead.Complete(context.Background()) })
 	_, err = client.StartExecution(ctx, "reports", "nightly", nil)
 	require.ErrorIs(t, err, taskling.ErrLimitReached)
-	time.Sleep(600 * time.Millisecond)
-	reclaimer, err := client.StartExecution(ctx, "reports", "nightly", nil)
-	require.NoError(t, err, "the dead holder's slot is reclaimed")
+	var reclaimer *taskling.Execution
+	require.Eventually(t, func() bool {
+		reclaimer, err = client.StartExecution(ctx, "reports", "nightly", nil)
+		return err == nil
+	}, 10*time.Second, 50*time.Millisecond, "the dead holder's slot is reclaimed")
 	t.Cleanup(func() { _ = reclaimer.Complete(context.Background()) })
 
 	bctx := openBrowser(t, browser, 30*time.Second)

@@ -33,7 +33,7 @@ func TestTaskPageDrawsTheSlotTimelineAndTheRates(t *testing.T) {
 	// A holder in Override mode sends no heartbeat: dead once its threshold passes, its slot is
 	// reclaimed by the next start. Before that, a start is denied.
 	silent, err := taskling.NewClient(b.pool, &taskling.Config{HostName: "silent-host", Defaults: taskling.TaskSettings{
-		ConcurrencyLimit: 1, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 300 * time.Millisecond}})
+		ConcurrencyLimit: 1, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 1500 * time.Millisecond}})
 	require.NoError(t, err)
 	t.Cleanup(silent.Close)
 	dead, err := silent.StartExecution(ctx, "app", "export", nil)

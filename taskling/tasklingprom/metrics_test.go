@@ -59,9 +59,10 @@ func TestMetricsFollowGrantsDenialsLeaseLossesAndReclaims(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.NewDB(t)
-	// Override mode: a holder is dead 500 ms after its start, and cancels itself before that.
+	// Override mode: a holder is dead 2 s after its start, and cancels itself before that (long enough
+	// that a loaded machine still sees the second start denied).
 	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host", Defaults: taskling.TaskSettings{
-		ConcurrencyLimit: 1, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 500 * time.Millisecond}})
+		ConcurrencyLimit: 1, DeathMode: taskling.DeathModeOverride, OverrideThreshold: 2 * time.Second}})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	m := tasklingprom.New(client)
@@ -81,7 +82,7 @@ func TestMetricsFollowGrantsDenialsLeaseLossesAndReclaims(t *testing.T) {
 
 	<-first.Context().Done()
 	require.Equal(t, 1.0, get("taskling_lease_losses_total", task))
-	require.Eventually(t, func() bool { return get("taskling_slots_in_use", task) == 0 }, 5*time.Second, 50*time.Millisecond,
+	require.Eventually(t, func() bool { return get("taskling_slots_in_use", task) == 0 }, 10*time.Second, 50*time.Millisecond,
 		"the holder is judged dead on the DB clock")
 	second, err := client.StartExecution(ctx, "app", "task", nil)
 	require.NoError(t, err)
