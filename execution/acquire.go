@@ -323,6 +323,10 @@ type AcquireRequest struct {
 	// Submission is a waiting submission claimed by SessionID (ClaimSubmissions): a grant
 	// starts its next attempt under the execution, in the same transaction (AcquireResult.Attempt).
 	Submission int64
+	// Direct asks for a direct ticket (protocol 4, handoff.go): a slot freed while it is first in
+	// line is granted to it at once, and its waiter takes it with TakeHandoff. Only for a plain
+	// start: no idempotent reference, cron instant, submission or critical section.
+	Direct bool
 	// Reap takes the slots of every holder judged dead, and grants nothing: the reclaims a grant
 	// would make, without the grant (RecoverSubmissions).
 	Reap bool
@@ -347,6 +351,9 @@ type AcquireResult struct {
 	// its place in line (1: next).
 	Ticket   int64
 	Position int
+	// Direct: the ticket is direct (AcquireRequest.Direct was honoured). HandedOff: a slot is
+	// granted to it; take it with TakeHandoff.
+	Direct, HandedOff bool
 	// Reclaimed lists the dead holders whose slots this acquisition took or removed (set once
 	// the transaction committed).
 	Reclaimed []int64

@@ -21,7 +21,9 @@ import (
 // session heartbeat.
 // Protocol 3: after a failover to a new timeline, no grant for one death threshold and fences
 // in a new epoch (0012_epochs.sql).
-const ProtocolVersion = 3
+// Protocol 4: a freed slot is granted to the direct ticket first in line by the transaction that
+// frees it; the waiter takes it without the task row (0013_handoff.sql, handoff.go).
+const ProtocolVersion = 4
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")
@@ -64,6 +66,9 @@ type txState struct {
 	claims map[string]claim
 	// ended are the recorded ends (outcome) of executions whose release is a retry.
 	ended map[int64]int16
+	// handoffs are the task's slots granted to direct tickets and not taken yet, by ticket; nil
+	// when not read (a schema without them, or a blind state).
+	handoffs map[int64]handoff
 	// blind: the state is a cached copy, written back only if the row did not change; nothing
 	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
 	// that needs any of it fails with errBlind.
@@ -134,14 +139,17 @@ type txPlan struct {
 	inserts       []int // acquire requests whose execution row is written, in order
 	refClaims     []int // idempotent grants whose reference claim is written
 	reclaims      []term
-	legacyReclaim []int64   // holders of protocol 1 taken back
-	completes     []int     // release requests, in order
-	outcomes      []int16   // the end each completes[i] records
-	succeeded     []int     // idempotent releases that mark their claim succeeded
-	claims        []int     // acquire requests whose schedule claim is written
-	notify        bool      // a slot went back and someone waits
-	offered       []int64   // the tickets a freed slot is offered to (the notification names them)
-	results       []outcome // one per request
+	legacyReclaim []int64        // holders of protocol 1 taken back
+	completes     []int          // release requests, in order
+	outcomes      []int16        // the end each completes[i] records
+	succeeded     []int          // idempotent releases that mark their claim succeeded
+	claims        []int          // acquire requests whose schedule claim is written
+	notify        bool           // a slot went back and someone waits
+	offered       []int64        // the tickets a freed slot is offered to (the notification names them)
+	handoffs      []handoffGrant // slots granted to direct tickets now
+	lapsed        []int64        // grants to direct tickets taken back (not taken in time, or left)
+	abandoned     []int64        // grants of waiters that left: an execution a take started ends as failed
+	results       []outcome      // one per request
 }
 
 // outcome is one request's result.
@@ -156,7 +164,7 @@ type outcome struct {
 // as waiting.
 func (p txPlan) nothingToWrite(st txState) bool {
 	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == st.tokens && p.holders == st.holders &&
-		p.queue == st.queue
+		p.queue == st.queue && len(p.handoffs) == 0 && len(p.lapsed) == 0
 }
 
 // decide serves reqs (one task's) on st exactly as if they ran one after another: every release
@@ -197,7 +205,7 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 			d.release(i, r.release)
 		}
 	}
-	if acquires && st.heartbeats != nil {
+	if st.heartbeats != nil {
 		d.queue.prune(st.heartbeats)
 	}
 	next := 0
@@ -210,9 +218,14 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		}
 	}
 	d.settleTerms(acquires)
-	fresh := false
-	if len(d.queue.tickets) > 0 {
-		d.plan.offered, fresh = d.queue.offer(d.free())
+	if err := d.handOff(); err != nil {
+		return txPlan{}, err
+	}
+	fresh := len(d.plan.handoffs) > 0
+	if len(d.queue.tickets) > 0 || fresh {
+		offered, offeredNow := d.queue.offer(d.free())
+		fresh = fresh || offeredNow
+		d.plan.offered = slices.Concat(d.handed(), offered)
 		for i, r := range reqs {
 			if r.release != nil {
 				d.plan.results[i].release.Offered = d.plan.offered
@@ -273,16 +286,20 @@ func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireRes
 			d.tripped = true
 			return false
 		}
+		if _, granted := d.st.handoffs[req.Ticket]; granted && d.terms[req.Ticket].exec != 0 {
+			res.Ticket, res.Direct, res.HandedOff = req.Ticket, true, true // its waiter takes it (TakeHandoff)
+			return false
+		}
 		pos := d.queue.position(req.Ticket)
 		if pos < 0 { // judged dead (its process paused), or never queued: back in line
-			d.queue.enqueue(d.newTicket(req, req.Ticket, res.Effective.KeepAliveDeathThreshold))
+			d.queue.enqueue(d.newTicket(req, req.Ticket, res.Effective))
 			pos = d.queue.position(req.Ticket)
 		}
 		if pos < free {
 			d.queue.remove(req.Ticket)
 			return true
 		}
-		res.Ticket, res.Position = req.Ticket, pos+1
+		res.Ticket, res.Position, res.Direct = req.Ticket, pos+1, d.queue.tickets[pos].direct
 		return false
 	}
 	if len(d.queue.tickets) < free {
@@ -293,13 +310,15 @@ func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireRes
 			d.tripped = true
 			return false
 		}
-		d.queue.enqueue(d.newTicket(req, execID, res.Effective.KeepAliveDeathThreshold))
-		res.Ticket, res.Position = execID, d.queue.position(execID)+1
+		t := d.newTicket(req, execID, res.Effective)
+		d.queue.enqueue(t)
+		res.Ticket, res.Position, res.Direct = execID, d.queue.position(execID)+1, t.direct
 	}
 	return false
 }
 
-func (d *decider) newTicket(req *AcquireRequest, id int64, threshold time.Duration) ticket {
+func (d *decider) newTicket(req *AcquireRequest, id int64, effective Settings) ticket {
+	threshold := effective.KeepAliveDeathThreshold
 	if threshold <= 0 {
 		threshold = time.Minute
 	}
@@ -307,7 +326,11 @@ func (d *decider) newTicket(req *AcquireRequest, id int64, threshold time.Durati
 	if window <= 0 {
 		window = 3 * time.Second
 	}
-	return ticket{id: id, session: req.SessionID, priority: int64(req.Priority), queuedUS: d.st.nowUS, threshold: threshold, window: window}
+	// A direct ticket's grant is held by the waiter's session: only a KeepAlive waiter can take
+	// one, and only where the schema records grants to take (protocol 4).
+	direct := req.Direct && effective.KeepAlive() && d.st.handoffs != nil && d.st.protocol >= 4
+	return ticket{id: id, session: req.SessionID, priority: int64(req.Priority), queuedUS: d.st.nowUS, threshold: threshold, window: window,
+		direct: direct}
 }
 
 // missingTerms lists the grantees that have no terms.
@@ -329,6 +352,9 @@ func (d *decider) holderOf(id int64) (holder, bool) {
 	}
 	if t, ok := d.terms[id]; ok {
 		in := t.expiresIn(d.st.nowUS, d.st.heartbeats[t.session])
+		if h, granted := d.st.handoffs[id]; granted { // not taken yet: alive until it lapses
+			in = min(in, h.expiresIn(d.st.nowUS))
+		}
 		return holder{alive: in >= 0, expiresIn: in}, true
 	}
 	h, ok := d.st.legacy[id]
@@ -383,6 +409,7 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 			d.freed = true // its offer passes to the next ticket: tell that waiter
 		}
 		d.queue.remove(req.Ticket)
+		d.giveBack(req.Ticket)
 		res.Denied = DeniedLimit
 		return nil
 	}
@@ -515,6 +542,11 @@ func (d *decider) duplicate(ref string) bool {
 // reclaim takes the slot of the dead holder id: its terms go, and the reclaim is written (with a
 // recheck of its session under lock, so a heartbeat that raced the decision wins).
 func (d *decider) reclaim(id int64) int64 {
+	if _, granted := d.st.handoffs[id]; granted { // never taken: there is no execution to end
+		d.plan.lapsed = append(d.plan.lapsed, id)
+		d.dropTerm(id)
+		return id
+	}
 	if t, ok := d.terms[id]; ok {
 		d.plan.reclaims = append(d.plan.reclaims, t)
 		d.dropTerm(id)

@@ -14,22 +14,26 @@ import (
 // anew), sends them again as retries: one already recorded is a no-op, a lost one goes through,
 // and one whose grant was lost too finds nothing to return.
 
-// epochSupport says whether the schema has taskling.epoch (migration 0012), looked up once.
+// epochSupport says whether the schema has taskling.epoch (migration 0012) and
+// taskling.handoff (0013), looked up once.
 type epochSupport struct {
-	known, has atomic.Bool
+	known, has, handoffs atomic.Bool
 }
 
-// detectEpochs looks up, once, whether the schema has taskling.epoch. It runs before a token
-// transaction takes its connection (a pool of one connection must not wait for itself).
+// detectEpochs looks up, once, whether the schema has taskling.epoch and taskling.handoff. It
+// runs before a token transaction takes its connection (a pool of one connection must not wait
+// for itself).
 func (s *Store) detectEpochs(ctx context.Context) error {
 	if s.epochs.known.Load() {
 		return nil
 	}
-	var has bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL`).Scan(&has); err != nil {
+	var has, handoffs bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL, to_regclass('taskling.handoff') IS NOT NULL`).
+		Scan(&has, &handoffs); err != nil {
 		return fmt.Errorf("execution: look for taskling.epoch: %w", err)
 	}
 	s.epochs.has.Store(has)
+	s.epochs.handoffs.Store(handoffs)
 	s.epochs.known.Store(true)
 	return nil
 }

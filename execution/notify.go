@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,6 +49,9 @@ type Notifier struct {
 	probeSent bool          // the delivery check was started (under mu)
 	arrived   chan struct{} // closed when the delivery check's notification arrives
 	onArrived func()        // closes arrived, once
+
+	listening   atomic.Bool // LISTEN is in place
+	undelivered atomic.Bool // the delivery check's notification never arrived
 }
 
 // NotifierOptions configure a Notifier; the zero value listens on a connection opened like the
@@ -176,6 +180,10 @@ func (n *Notifier) PassOffered(taskID int64, offered []int64) {
 // since more slots may be free.
 func (n *Notifier) Pass(taskID int64) { n.wake(taskID) }
 
+// Listening reports whether notifications reach this process now: LISTEN is in place, and the
+// delivery check did not find them lost. (One that breaks wakes every waiter when it does.)
+func (n *Notifier) Listening() bool { return n.listening.Load() && !n.undelivered.Load() }
+
 // Close stops listening and waits for the listener to end.
 func (n *Notifier) Close() {
 	n.cancel()
@@ -237,6 +245,8 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 		return false, fmt.Errorf("LISTEN: %w", err)
 	}
 	ready()
+	n.listening.Store(true)
+	defer n.listening.Store(false)
 	n.startProbe()
 	for {
 		note, err := conn.WaitForNotification(n.ctx)
@@ -282,6 +292,7 @@ func (n *Notifier) probeDelivery() {
 	case <-n.arrived:
 	case <-n.ctx.Done():
 	case <-time.After(n.opts.ProbeTimeout):
+		n.undelivered.Store(true)
 		n.opts.OnUndelivered()
 	}
 }

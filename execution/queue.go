@@ -19,6 +19,10 @@ import (
 // (or within D of its queueing, before the first heartbeat). The first tickets, as many as there
 // are free slots, are offered the slots: a ticket that does not take its offer within X goes to
 // the back of its priority, so a waiter that died or hangs never holds the line for long.
+//
+// An odd X marks a direct ticket (protocol 4, handoff.go): a freed slot is granted to it by the
+// transaction that frees it, and its waiter only takes the grant. (A flag in X, not a new field,
+// so that binaries of protocol 3 still parse the queue: to them X is a window 1 µs longer.)
 
 // ticket is one waiter in a task's queue.
 type ticket struct {
@@ -29,6 +33,7 @@ type ticket struct {
 	offeredUS int64 // 0: not offered
 	threshold time.Duration
 	window    time.Duration // how long an offer waits to be taken
+	direct    bool          // a freed slot is granted to it directly (handoff.go)
 }
 
 var errMalformedQueue = errors.New("malformed queue")
@@ -81,7 +86,7 @@ func parseTicket(s string) (ticket, error) {
 		return ticket{}, errors.New("fields W, D and X must be positive")
 	}
 	return ticket{id: v[0], session: v[1], priority: v[2], queuedUS: v[3], offeredUS: v[4],
-		threshold: time.Duration(v[5]) * time.Microsecond, window: time.Duration(v[6]) * time.Microsecond}, nil
+		threshold: time.Duration(v[5]) * time.Microsecond, window: time.Duration(max(v[6]&^1, 1)) * time.Microsecond, direct: v[6]&1 == 1}, nil
 }
 
 func formatQueue(q []ticket) string {
@@ -90,7 +95,11 @@ func formatQueue(q []ticket) string {
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		for k, n := range [len(ticketKeys)]int64{t.id, t.session, t.priority, t.queuedUS, t.offeredUS, t.threshold.Microseconds(), t.window.Microseconds()} {
+		window := max(t.window.Microseconds()&^1, 2)
+		if t.direct {
+			window |= 1
+		}
+		for k, n := range [len(ticketKeys)]int64{t.id, t.session, t.priority, t.queuedUS, t.offeredUS, t.threshold.Microseconds(), window} {
 			if k > 0 {
 				b.WriteByte(',')
 			}

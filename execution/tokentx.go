@@ -134,6 +134,18 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	b.Queue(clock).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&nowUS, &ep.timeline, &known, &ep.sinceUS, &ep.base)
 	})
+	handoffs := s.epochs.handoffs.Load()
+	if acquires > 0 || handoffs { // a release may hand its slot to a waiter: it judges them too
+		b.Queue(sessionsSQL, ids).Query(func(rows pgx.Rows) error {
+			return scanInt64Pairs(rows, func(id, us int64) { heartbeats[id] = us })
+		})
+	} else {
+		heartbeats = nil
+	}
+	taskHandoffs := map[int64]map[int64]handoff{}
+	if handoffs {
+		queueHandoffReads(b, ids, taskHandoffs)
+	}
 	if acquires > 0 {
 		n := acquires
 		if s.cache.lowOnIDs() {
@@ -144,9 +156,6 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 			reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			tx.reservedAhead = reserved[min(acquires, len(reserved)):]
 			return err
-		})
-		b.Queue(sessionsSQL, ids).Query(func(rows pgx.Rows) error {
-			return scanInt64Pairs(rows, func(id, us int64) { heartbeats[id] = us })
 		})
 	}
 	if len(refs) > 0 {
@@ -187,7 +196,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	s.sawEpoch(ep)
 	for _, id := range ids {
-		if st, ok := states[id]; ok && st.protocol >= 3 && !s.epochs.has.Load() {
+		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs) {
 			s.epochs.known.Store(false) // migrated meanwhile: look again
 		}
 		st, ok := states[id]
@@ -201,6 +210,10 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 			}
 		}
 		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
+		if h, ok := taskHandoffs[id]; ok {
+			settleHandoffs(h, nowUS)
+			st.handoffs = h
+		}
 		if legacyRows != nil {
 			st.legacy = legacyRows
 		} else if len(legacy) == 0 {
@@ -268,6 +281,12 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 	if len(w.endExecs) > 0 {
 		b.Queue(endSQL, w.endExecs, w.endOutcomes)
 	}
+	if len(w.lapsed) > 0 {
+		b.Queue(lapseHandoffsSQL, w.lapsed)
+	}
+	if len(w.abandoned) > 0 {
+		b.Queue(endAbandonedSQL, w.abandoned)
+	}
 	if len(w.okTasks) > 0 {
 		b.Queue(succeededSQL, w.okTasks, w.okRefs, w.okExecs)
 	}
@@ -278,6 +297,9 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 	}
 	if len(w.execs.ids) > 0 {
 		b.Queue(insertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
+	}
+	if h := &w.handoffs; len(h.execs) > 0 {
+		b.Queue(insertHandoffsSQL, h.execs, h.tasks, h.tokens, h.fences, h.windows, h.thresholds)
 	}
 	w.queueLinks(b, linkSQL)
 	if len(w.claimTasks) > 0 {
@@ -346,6 +368,10 @@ type planWrites struct {
 	scheduleClaims []*AcquireRequest
 	notify         []string // payloads (notifyPayload)
 
+	handoffs  handoffRows
+	lapsed    []int64
+	abandoned []int64
+
 	linkSubs, linkSessions, linkExecs, linkTasks []int64
 	linked                                       map[int64]*AcquireResult // by execution
 }
@@ -410,6 +436,11 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 		w.reclaimGranted, w.reclaimThresholds = append(w.reclaimGranted, t.grantedUS), append(w.reclaimThresholds, t.threshold.Microseconds())
 	}
 	w.legacyReclaims = append(w.legacyReclaims, plan.legacyReclaim...)
+	for _, h := range plan.handoffs {
+		w.handoffs.add(taskID, h)
+	}
+	w.lapsed = append(w.lapsed, plan.lapsed...)
+	w.abandoned = append(w.abandoned, plan.abandoned...)
 	for k, i := range plan.completes {
 		if plan.outcomes[k] != endReclaimed { // a reclaim recorded that end already
 			w.endExecs, w.endOutcomes = append(w.endExecs, reqs[i].release.ExecutionID), append(w.endOutcomes, plan.outcomes[k])

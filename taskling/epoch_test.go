@@ -97,7 +97,7 @@ func TestEpochsUpgradeHoldsNothing(t *testing.T) {
 	holder := b.start(t, nil)
 	require.Equal(t, int64(1), holder.FencingToken())
 
-	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.UpTo(ctx, pool, 12))
 
 	require.Equal(t, 3, b.count(t, `SELECT version FROM taskling.protocol`))
 	next := b.start(t, nil)

@@ -26,6 +26,7 @@ type heartbeater struct {
 	execs   map[int64]*Execution  // executions in KeepAlive mode, not completed
 	waiters map[time.Duration]int // waiters for a slot, by heartbeat interval: their tickets live by the session
 	running bool                  // the loop runs
+	renewed time.Time             // when the last heartbeat that renewed session was sent
 	wake    chan struct{}         // an execution joined: the loop rechecks its interval
 	frozen  bool                  // tests: the process froze
 }
@@ -261,14 +262,27 @@ func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, 
 		}
 		h.remove(e)
 	}
-	if !renewed {
-		h.mu.Lock()
-		if h.session == session {
+	h.mu.Lock()
+	if h.session == session {
+		if renewed {
+			h.renewed = sentAt
+		} else {
 			h.session = 0 // the next start registers a new session
 		}
-		h.mu.Unlock()
 	}
+	h.mu.Unlock()
 	return nil
+}
+
+// renewedSince returns when the last heartbeat that renewed session was sent (zero if none or
+// another session): on the database, its heartbeat is later than that.
+func (h *heartbeater) renewedSince(session int64) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.session != session {
+		return time.Time{}
+	}
+	return h.renewed
 }
 
 func lostReason(why execution.Lost) string {

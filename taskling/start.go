@@ -105,6 +105,9 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		return c.newExecution(app, task, req, res, settings, ctx), nil
 	}
 	req.Wait, req.Priority, req.OfferWindow = true, opts.Priority, c.maxPoll+time.Second
+	// A plain start takes a slot granted to its ticket directly (protocol 4); the others need
+	// their grant's own transaction (a reference's claim, a cron instant's, a submission's link).
+	req.Direct = !opts.Idempotent && opts.scheduledFor == nil && opts.submission == 0 && opts.section == nil
 	return c.waitForSlot(ctx, app, task, req, settings)
 }
 
@@ -170,17 +173,45 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 	}()
 	poll := 50 * time.Millisecond
 	var lastErr error
+	var queued queuedTicket
 	for {
+		if queued.direct {
+			e, err := c.takeHandoff(ctx, app, task, req, queued, settings)
+			switch {
+			case err == nil:
+				granted = true
+				return e, nil
+			case !errors.Is(err, execution.ErrNotHandedOff):
+				// Whether it took the slot is unknown: give the ticket and whatever it holds back,
+				// and wait on with a new one.
+				c.leave(ctx, req)
+				req.Ticket, queued = 0, queuedTicket{}
+			}
+		}
+		sent := time.Now()
 		res, err := c.acquire(ctx, app, task, req)
 		if err == nil {
 			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
 		}
 		if res.Ticket != 0 && res.Ticket != req.Ticket {
-			req.Ticket = res.Ticket
+			req.Ticket, queued.since = res.Ticket, sent
 			c.notifier.SetTicket(wake, req.Ticket) // woken only when a slot is offered to it
 		}
+		if res.Ticket != 0 {
+			queued.direct, queued.effective = res.Direct, res.Effective
+		}
+		if res.HandedOff {
+			continue // a slot is granted to the ticket: take it
+		}
 		wait := min(poll, c.maxPoll)
+		if req.Ticket != 0 && c.notifier.Listening() {
+			// Every event that could let it in is announced to a ticket (a slot offered or
+			// granted to it, the task's overrides changed, the listener reconnected), or timed
+			// (a holder's expiry): polling is only the fallback, and each poll takes the task
+			// row's lock that releases wait for.
+			wait = max(wait, c.maxPoll/2)
+		}
 		switch {
 		case errors.Is(err, ErrLimitReached):
 			wait = retryDelay(res, wait)
@@ -203,6 +234,33 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		}
 	}
+}
+
+// queuedTicket is what a waiter knows of its ticket.
+type queuedTicket struct {
+	direct    bool               // a slot freed for it is granted to it directly
+	since     time.Time          // before the attempt that queued it: earlier than any grant to it
+	effective execution.Settings // the settings in force at its last attempt
+}
+
+// takeHandoff takes the slot granted to req's direct ticket, if there is one.
+func (c *Client) takeHandoff(ctx context.Context, app, task string, req execution.AcquireRequest, q queuedTicket, settings TaskSettings) (*Execution, error) {
+	began := time.Now()
+	res, err := c.store.TakeHandoff(ctx, req, q.effective)
+	if err != nil {
+		return nil, err
+	}
+	c.hooks.acquireDone(app, task, time.Since(began))
+	c.report(app, task, req, res, false)
+	c.noteRetention(req)
+	c.startCleaner()
+	// The holder lives by its session's heartbeat from its grant, which came after the ticket
+	// was queued: its lease runs from the later of that and the session's last renewal.
+	res.SentAt = q.since
+	if r := c.hb.renewedSince(req.SessionID); r.After(res.SentAt) {
+		res.SentAt = r
+	}
+	return c.newExecution(app, task, req, res, settings, ctx), nil
 }
 
 // leave removes req's ticket from the task's queue, if it has one. Best effort: a ticket left

@@ -1,0 +1,253 @@
+package execution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/tokens"
+)
+
+// Direct handoff (protocol 4, 0013_handoff.sql). A waiter's ticket is direct when its waiter can
+// take a slot granted to it without a token transaction of its own. A token transaction that
+// leaves a slot free while a direct ticket is first in line grants the slot to that ticket — the
+// ticket's id is the execution's, its session the holder's — and records the grant in
+// taskling.handoff. The waiter, woken by the notification that names its ticket, takes the grant
+// (TakeHandoff): it deletes the row and inserts its execution in one statement, and the task row
+// is not touched. So a handover is one transaction on the task row instead of two, and the slot
+// is busy again as soon as the release commits.
+//
+// A grant not taken within the ticket's offer window lapses: the next token transaction of the
+// task locks its row, judges its holder dead and takes the slot back (deleting the row). A take
+// racing that waits for the row's lock and then finds nothing; a take that came first leaves no
+// row, and its holder is judged like any other.
+
+// handoff is a grant to a direct ticket not taken yet, as a token transaction read it.
+type handoff struct {
+	lapseUS int64 // when the grant lapses, on the DB clock
+	lapsed  bool  // lapsed, and its row locked by this transaction: the slot may be taken back
+}
+
+func (h handoff) expiresIn(nowUS int64) time.Duration {
+	if h.lapsed {
+		return -time.Microsecond
+	}
+	return time.Duration(h.lapseUS-nowUS) * time.Microsecond
+}
+
+// handoffGrant is a grant to a direct ticket a plan writes.
+type handoffGrant struct {
+	exec, fence       int64
+	token             uuid.UUID
+	window, threshold time.Duration
+}
+
+// handoffRows are the grants to direct tickets a transaction writes, as column arrays.
+type handoffRows struct {
+	execs, tasks, fences, windows, thresholds []int64
+	tokens                                    []string
+}
+
+func (r *handoffRows) add(task int64, h handoffGrant) {
+	r.execs, r.tasks, r.fences = append(r.execs, h.exec), append(r.tasks, task), append(r.fences, h.fence)
+	r.tokens = append(r.tokens, h.token.String())
+	r.windows, r.thresholds = append(r.windows, h.window.Microseconds()), append(r.thresholds, h.threshold.Microseconds())
+}
+
+// handOff grants the free slots to the direct tickets first in line. It stops at a ticket that
+// is not direct (offered the slot, as before), so the line's order holds; and wherever a grant
+// would need what the transaction does not know or an acquire would decide differently: a task
+// disabled or whose limit an operator changed since the last acquire adjusted it, a new
+// timeline's hold, holders whose liveness was not read.
+func (d *decider) handOff() error {
+	st := d.st
+	o := st.overrides
+	switch {
+	case st.handoffs == nil, st.protocol < 4, st.heartbeats == nil, d.list.IsUnlimited(),
+		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
+		len(d.missingTerms()) > 0 && st.legacy == nil:
+		return nil
+	}
+	for len(d.queue.tickets) > 0 && d.free() > 0 {
+		t := d.queue.tickets[0]
+		if !t.direct {
+			return nil
+		}
+		if hold, err := d.holdLeft(t.threshold); err != nil || hold > 0 {
+			return err
+		}
+		var g tokens.GrantResult
+		if d.list, g = d.list.Grant(t.id, d.alive); !g.Granted {
+			return nil
+		}
+		d.queue.remove(t.id)
+		if g.Reclaimed != 0 {
+			d.reclaim(g.Reclaimed)
+		}
+		d.plan.fence = max(d.plan.fence, st.epoch.base) + 1
+		d.addTerm(term{exec: t.id, session: t.session, grantedUS: pendingUS, threshold: t.threshold})
+		d.plan.handoffs = append(d.plan.handoffs, handoffGrant{exec: t.id, fence: d.plan.fence, token: g.TokenID,
+			window: t.window, threshold: t.threshold})
+	}
+	return nil
+}
+
+// handed lists the tickets granted a slot now.
+func (d *decider) handed() []int64 {
+	ids := make([]int64, len(d.plan.handoffs))
+	for i, h := range d.plan.handoffs {
+		ids[i] = h.exec
+	}
+	return ids
+}
+
+// giveBack returns the slot granted to the ticket of a waiter that leaves: a grant it did not
+// take, or one whose take's outcome it does not know (its execution then ends as failed).
+func (d *decider) giveBack(ticket int64) {
+	if _, ok := d.terms[ticket]; !ok {
+		return
+	}
+	for _, t := range d.list.Tokens {
+		if t.Grantee != ticket || (t.Status != tokens.Held && t.Status != tokens.Retiring) {
+			continue
+		}
+		var held bool
+		if d.list, held = d.list.Return(t.ID, ticket); held {
+			d.freed = true
+		}
+		break
+	}
+	// Its row goes (a take still in flight waits for this, then finds nothing); an execution a
+	// take started anyway ends as failed.
+	d.plan.lapsed = append(d.plan.lapsed, ticket)
+	d.plan.abandoned = append(d.plan.abandoned, ticket)
+	d.dropTerm(ticket)
+}
+
+// handoffsSQL reads the grants to direct tickets of tasks $1 not taken yet; lapsedHandoffsSQL
+// locks those that lapsed (the only ones a transaction may take back), after it: a row in the
+// first but not the second whose lapse passed was taken meanwhile.
+const (
+	handoffsSQL = `
+SELECT h.task_id, h.exec_id, (extract(epoch FROM h.lapses_at) * 1000000)::bigint
+FROM taskling.handoff h WHERE h.task_id = ANY($1)`
+	lapsedHandoffsSQL = `
+SELECT h.exec_id FROM taskling.handoff h
+WHERE h.task_id = ANY($1) AND h.lapses_at <= clock_timestamp()
+FOR UPDATE OF h`
+)
+
+// queueHandoffReads queues the two reads into handoffs (by task, then ticket); a task with none
+// gets an empty map.
+func queueHandoffReads(b *txBatch, ids []int64, handoffs map[int64]map[int64]handoff) {
+	for _, id := range ids {
+		handoffs[id] = map[int64]handoff{}
+	}
+	owner := map[int64]int64{}
+	b.Queue(handoffsSQL, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var task, exec, lapseUS int64
+			if err := rows.Scan(&task, &exec, &lapseUS); err != nil {
+				return err
+			}
+			handoffs[task][exec] = handoff{lapseUS: lapseUS}
+			owner[exec] = task
+		}
+		return rows.Err()
+	})
+	b.Queue(lapsedHandoffsSQL, ids).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var exec int64
+			if err := rows.Scan(&exec); err != nil {
+				return err
+			}
+			if task, ok := owner[exec]; ok {
+				h := handoffs[task][exec]
+				h.lapsed = true
+				handoffs[task][exec] = h
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// settleHandoffs drops, once both reads are in, the grants taken meanwhile: lapsed by the clock
+// but not locked.
+func settleHandoffs(handoffs map[int64]handoff, nowUS int64) {
+	for exec, h := range handoffs {
+		if !h.lapsed && h.lapseUS <= nowUS {
+			delete(handoffs, exec)
+		}
+	}
+}
+
+const (
+	insertHandoffsSQL = `
+INSERT INTO taskling.handoff (exec_id, task_id, token_id, fence, granted_at, lapses_at, death_threshold)
+SELECT r.exec, r.task, r.token::uuid, r.fence, clock_timestamp(), clock_timestamp() + r.window_us * interval '1 microsecond',
+    r.threshold_us * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
+    AS r(exec, task, token, fence, window_us, threshold_us)
+ORDER BY r.fence`
+	lapseHandoffsSQL = `DELETE FROM taskling.handoff WHERE exec_id = ANY($1)`
+)
+
+var (
+	// endAbandonedSQL ends the executions of $1 that were started (after lapseHandoffsSQL, in a
+	// statement of its own: its snapshot sees a take that committed while the delete waited).
+	endAbandonedSQL = `
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT e.id, ` + endFailedText + `, clock_timestamp() FROM taskling.task_execution e WHERE e.id = ANY($1)
+ON CONFLICT (execution_id) DO NOTHING`
+	endFailedText = fmt.Sprint(endFailed)
+)
+
+// takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, in
+// one statement. The execution starts at its grant, as every grant's does.
+const takeHandoffSQL = `
+WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2
+           RETURNING exec_id, token_id, fence, granted_at, death_threshold)
+INSERT INTO taskling.task_execution (
+    id, task_id, started_at, last_keep_alive, host_name, session_id,
+    death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
+    reference_value, idempotent, header, blocked, token_id, fence, library_version)
+SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
+    $8, false, $9::jsonb, false, h.token_id, h.fence, $10
+FROM h
+RETURNING id, token_id, fence, started_at, keep_alive_death_threshold`
+
+// ErrNotHandedOff: no slot was granted to the ticket, or it was taken back.
+var ErrNotHandedOff = errors.New("no slot granted to the ticket")
+
+// TakeHandoff takes the slot granted to req.Ticket, a direct ticket, and starts its execution
+// with effective settings (those the waiter's last attempt was told; the death threshold is the
+// one its grant was made with). It returns ErrNotHandedOff when there is none to take. Its one
+// statement is not cancelled with ctx once sent (see txConn.commit): a taken slot is never left
+// unknown to its waiter for a cancellation.
+func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective Settings) (AcquireResult, error) {
+	res := AcquireResult{Effective: effective}
+	var header any
+	if req.Header != nil {
+		header = string(req.Header)
+	}
+	wait := commitTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > wait {
+		wait = time.Until(d)
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	defer cancel()
+	err := s.pool.QueryRow(tctx, takeHandoffSQL, req.Ticket, req.TaskID, req.Host, req.SessionID, effective.DeathMode,
+		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion).
+		Scan(&res.ExecutionID, &res.TokenID, &res.Fence, &res.StartedAt, &res.Effective.KeepAliveDeathThreshold)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return AcquireResult{}, ErrNotHandedOff
+	case err != nil:
+		return AcquireResult{}, fmt.Errorf("execution: take the slot granted to ticket %d of %s: %w", req.Ticket, req.TaskName, err)
+	}
+	return res, nil
+}

@@ -1,0 +1,155 @@
+package execution
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/tokens"
+)
+
+// handoffState is a task of limit 1 whose slot (token t1) exec 5 of session 1 holds, with tickets
+// 50 (session 2) and 51 (session 3) waiting, every session alive, on a schema with handoffs.
+func handoffState(direct50, direct51 bool) txState {
+	list := tokens.List{Tokens: []tokens.Token{held(t1, 5)}}
+	q := []ticket{
+		{id: 50, session: 2, queuedUS: nowUS - 12e6, threshold: 10 * time.Second, window: 2 * time.Second, direct: direct50},
+		{id: 51, session: 3, queuedUS: nowUS - 11e6, threshold: 10 * time.Second, window: 2 * time.Second, direct: direct51},
+	}
+	return txState{tokens: list.String(), holders: formatTerms([]term{{exec: 5, session: 1, grantedUS: nowUS - 1e6, threshold: 10 * time.Second}}),
+		queue: formatQueue(q), fence: 9, protocol: ProtocolVersion, nowUS: nowUS, heartbeats: map[int64]int64{1: nowUS, 2: nowUS, 3: nowUS},
+		handoffs: map[int64]handoff{}}
+}
+
+func TestAReleaseGrantsItsSlotToTheDirectTicketFirstInLine(t *testing.T) {
+	st := handoffState(true, true)
+	plan, err := decide(st, []request{releaseReq(5, uuid.MustParse(t1))}, counter())
+	require.NoError(t, err)
+	require.False(t, plan.results[0].release.LeaseLost)
+	require.Equal(t, []handoffGrant{{exec: 50, fence: 10, token: uuid.MustParse(t1), window: 2 * time.Second, threshold: 10 * time.Second}}, plan.handoffs)
+	require.Equal(t, int64(10), plan.fence)
+	require.Equal(t, []int64{50}, parsed(t, plan.tokens).Grantees(), "the ticket's id holds the slot")
+	require.Equal(t, []int64{50}, termExecs(mustTerms(t, plan.holders)))
+	q, err := parseQueue(plan.queue)
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	require.Equal(t, int64(51), q[0].id, "the next ticket waits for the next slot")
+	require.True(t, plan.notify)
+	require.Equal(t, []int64{50}, plan.offered, "the notification names the ticket")
+	require.Equal(t, []int64{50}, plan.results[0].release.Offered)
+}
+
+func TestNoHandoffWhereAnAcquireCouldDecideOtherwise(t *testing.T) {
+	release := []request{releaseReq(5, uuid.MustParse(t1))}
+	two, off := 2, false
+	for name, change := range map[string]func(*txState){
+		"a ticket that is not direct is first": func(st *txState) { *st = handoffState(false, true) },
+		"an operator changed the limit":        func(st *txState) { st.overrides.ConcurrencyLimit = &two },
+		"the task is disabled":                 func(st *txState) { st.overrides.Enabled = &off },
+		"a schema without handoffs":            func(st *txState) { st.handoffs = nil },
+		"a new timeline's hold":                func(st *txState) { st.epoch = epoch{timeline: 2, sinceUS: nowUS, base: 2 << 40} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := handoffState(true, true)
+			change(&st)
+			plan, err := decide(st, release, counter())
+			require.NoError(t, err)
+			require.Empty(t, plan.handoffs)
+			require.Empty(t, parsed(t, plan.tokens).Grantees())
+			require.Equal(t, []int64{50}, plan.offered, "offered, as before")
+		})
+	}
+}
+
+func TestAHandoffSkipsADeadWaitersTicket(t *testing.T) {
+	st := handoffState(true, true)
+	st.heartbeats[2] = nowUS - 11e6 // session 2 died: its ticket is pruned
+	plan, err := decide(st, []request{releaseReq(5, uuid.MustParse(t1))}, counter())
+	require.NoError(t, err)
+	require.Len(t, plan.handoffs, 1)
+	require.Equal(t, int64(51), plan.handoffs[0].exec)
+	require.Empty(t, plan.queue)
+}
+
+// grantedTo50 is handoffState after the release: the slot granted to ticket 50, not taken.
+func grantedTo50(lapse handoff) txState {
+	st := handoffState(true, true)
+	list := tokens.List{Tokens: []tokens.Token{held(t1, 50)}}
+	st.tokens = list.String()
+	st.holders = formatTerms([]term{{exec: 50, session: 2, grantedUS: nowUS - 1e6, threshold: 10 * time.Second}})
+	q, _ := parseQueue(st.queue)
+	st.queue = formatQueue(q[1:])
+	st.fence = 10
+	st.handoffs = map[int64]handoff{50: lapse}
+	return st
+}
+
+func TestAGrantNotTakenHoldsTheSlotUntilItLapses(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 51, 3
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	res := plan.results[0].acquire
+	require.Equal(t, DeniedLimit, res.Denied)
+	require.Equal(t, time.Second, res.NextExpiry, "the waiter looks again when the grant lapses, not at the holder's threshold")
+	require.Empty(t, plan.lapsed)
+}
+
+func TestALapsedGrantIsTakenBackWithoutEndingAnExecution(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS - 1, lapsed: true})
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 51, 3
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	res := plan.results[0].acquire
+	require.Equal(t, NotDenied, res.Denied)
+	require.Equal(t, int64(11), res.Fence)
+	require.Equal(t, []int64{50}, plan.lapsed, "its row goes")
+	require.Empty(t, plan.reclaims, "no execution was started: there is nothing to end")
+	require.Equal(t, []int64{50}, plan.results[0].reclaim)
+}
+
+func TestAWaiterToldItsTicketHoldsAGrant(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	res := plan.results[0].acquire
+	require.True(t, res.HandedOff)
+	require.Equal(t, int64(50), res.Ticket)
+	require.Equal(t, st.tokens, plan.tokens, "the grant stands")
+	require.Empty(t, plan.lapsed)
+}
+
+func TestAWaiterThatLeavesGivesItsGrantBack(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.LeaveQueue, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	require.Equal(t, []int64{50}, plan.lapsed)
+	require.Equal(t, []int64{50}, plan.abandoned, "ended as failed if a take started it after all")
+	require.Len(t, plan.handoffs, 1, "the slot goes on to the next direct ticket")
+	require.Equal(t, int64(51), plan.handoffs[0].exec)
+	require.Equal(t, int64(11), plan.handoffs[0].fence)
+}
+
+func TestADirectTicketRoundTripsAndStaysReadableAsAWindow(t *testing.T) {
+	q := []ticket{{id: 7, session: 1, priority: -2, queuedUS: nowUS, threshold: time.Second, window: 3 * time.Second, direct: true},
+		{id: 8, session: 1, queuedUS: nowUS, threshold: time.Second, window: 3 * time.Second}}
+	s := formatQueue(q)
+	require.Contains(t, s, "X:3000001", "an odd window marks a direct ticket")
+	back, err := parseQueue(s)
+	require.NoError(t, err)
+	require.True(t, back[0].direct)
+	require.False(t, back[1].direct)
+	require.Equal(t, s, formatQueue(back))
+}
