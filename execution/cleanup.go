@@ -392,6 +392,11 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 			}
 		}
 		if !c.subsDone {
+			// Grants to direct tickets that lapsed are kept like failed starts.
+			if _, err := tx.Exec(ctx, `DELETE FROM taskling.handoff WHERE task_id = $1 AND lapsed_at < clock_timestamp() - $2::interval`,
+				c.TaskID, c.Keep.Failed); err != nil {
+				return err
+			}
 			if err := tx.QueryRow(ctx, finishedSubmissionsSQL, c.TaskID, c.Keep.Completed, c.Keep.Failed, size).
 				Scan(&counts.Submissions, &counts.Compacted); err != nil {
 				return err

@@ -352,8 +352,10 @@ func (d *decider) holderOf(id int64) (holder, bool) {
 	}
 	if t, ok := d.terms[id]; ok {
 		in := t.expiresIn(d.st.nowUS, d.st.heartbeats[t.session])
-		if h, granted := d.st.handoffs[id]; granted { // not taken yet: alive until it lapses
-			in = min(in, h.expiresIn(d.st.nowUS))
+		if h, granted := d.st.handoffs[id]; granted {
+			// Not taken yet: alive until it lapses, whatever its session (a grant is taken back
+			// only once lapsed, with its row locked, so that a take cannot race it).
+			in = h.expiresIn(d.st.nowUS)
 		}
 		return holder{alive: in >= 0, expiresIn: in}, true
 	}

@@ -137,7 +137,8 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 			}
 		}
 		plan, err := decide(st, requestsOf(ops), uuid.New)
-		if err != nil || plan.nothingToWrite(st) || plan.hasErrors() {
+		// Grants to tickets are written by the usual path only (it reads and locks them).
+		if err != nil || plan.nothingToWrite(st) || plan.hasErrors() || len(plan.handoffs)+len(plan.lapsed)+len(plan.abandoned) > 0 {
 			s.cache.mu.Lock()
 			s.cache.ids = append(taken, s.cache.ids...) // unused: keep them, in order
 			s.cache.mu.Unlock()

@@ -22,9 +22,10 @@ import (
 // is busy again as soon as the release commits.
 //
 // A grant not taken within the ticket's offer window lapses: the next token transaction of the
-// task locks its row, judges its holder dead and takes the slot back (deleting the row). A take
-// racing that waits for the row's lock and then finds nothing; a take that came first leaves no
-// row, and its holder is judged like any other.
+// task locks its row, judges its holder dead and takes the slot back, marking the row lapsed (it
+// stays, the record of a fence no execution carries, until the cleanup). A take racing that
+// waits for the row's lock and then finds nothing to take; a take that came first leaves no row,
+// and its holder is judged like any other.
 
 // handoff is a grant to a direct ticket not taken yet, as a token transaction read it.
 type handoff struct {
@@ -111,6 +112,10 @@ func (d *decider) giveBack(ticket int64) {
 	if _, ok := d.terms[ticket]; !ok {
 		return
 	}
+	if d.st.blind { // whether its grant was taken is read under the lock
+		d.tripped = true
+		return
+	}
 	for _, t := range d.list.Tokens {
 		if t.Grantee != ticket || (t.Status != tokens.Held && t.Status != tokens.Retiring) {
 			continue
@@ -121,8 +126,8 @@ func (d *decider) giveBack(ticket int64) {
 		}
 		break
 	}
-	// Its row goes (a take still in flight waits for this, then finds nothing); an execution a
-	// take started anyway ends as failed.
+	// Its row lapses (a take still in flight finishes first, and then there is no row to mark);
+	// an execution a take started anyway ends as failed.
 	d.plan.lapsed = append(d.plan.lapsed, ticket)
 	d.plan.abandoned = append(d.plan.abandoned, ticket)
 	d.dropTerm(ticket)
@@ -134,10 +139,10 @@ func (d *decider) giveBack(ticket int64) {
 const (
 	handoffsSQL = `
 SELECT h.task_id, h.exec_id, (extract(epoch FROM h.lapses_at) * 1000000)::bigint
-FROM taskling.handoff h WHERE h.task_id = ANY($1)`
+FROM taskling.handoff h WHERE h.task_id = ANY($1) AND h.lapsed_at IS NULL`
 	lapsedHandoffsSQL = `
 SELECT h.exec_id FROM taskling.handoff h
-WHERE h.task_id = ANY($1) AND h.lapses_at <= clock_timestamp()
+WHERE h.task_id = ANY($1) AND h.lapsed_at IS NULL AND h.lapses_at <= clock_timestamp()
 FOR UPDATE OF h`
 )
 
@@ -193,7 +198,7 @@ SELECT r.exec, r.task, r.token::uuid, r.fence, clock_timestamp(), clock_timestam
 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
     AS r(exec, task, token, fence, window_us, threshold_us)
 ORDER BY r.fence`
-	lapseHandoffsSQL = `DELETE FROM taskling.handoff WHERE exec_id = ANY($1)`
+	lapseHandoffsSQL = `UPDATE taskling.handoff SET lapsed_at = clock_timestamp() WHERE exec_id = ANY($1) AND lapsed_at IS NULL`
 )
 
 var (
@@ -209,7 +214,7 @@ ON CONFLICT (execution_id) DO NOTHING`
 // takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, in
 // one statement. The execution starts at its grant, as every grant's does.
 const takeHandoffSQL = `
-WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2
+WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2 AND lapsed_at IS NULL
            RETURNING exec_id, token_id, fence, granted_at, death_threshold)
 INSERT INTO taskling.task_execution (
     id, task_id, started_at, last_keep_alive, host_name, session_id,

@@ -109,7 +109,7 @@ func TestALapsedGrantIsTakenBackWithoutEndingAnExecution(t *testing.T) {
 	res := plan.results[0].acquire
 	require.Equal(t, NotDenied, res.Denied)
 	require.Equal(t, int64(11), res.Fence)
-	require.Equal(t, []int64{50}, plan.lapsed, "its row goes")
+	require.Equal(t, []int64{50}, plan.lapsed, "its grant is marked lapsed")
 	require.Empty(t, plan.reclaims, "no execution was started: there is nothing to end")
 	require.Equal(t, []int64{50}, plan.results[0].reclaim)
 }
@@ -152,4 +152,37 @@ func TestADirectTicketRoundTripsAndStaysReadableAsAWindow(t *testing.T) {
 	require.True(t, back[0].direct)
 	require.False(t, back[1].direct)
 	require.Equal(t, s, formatQueue(back))
+}
+
+func TestAGrantIsGivenBackOnlyUnderTheLock(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.queue, st.handoffs, st.heartbeats, st.blind = "", nil, nil, true // a cached copy
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.LeaveQueue, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	_, err := decide(st, []request{r}, counter())
+	require.ErrorIs(t, err, errBlind, "whether the grant was taken is only known under the lock")
+}
+
+func TestAnUntakenGrantLivesUntilItLapsesWhateverItsSession(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.heartbeats[2] = nowUS - 60e6 // the waiter's process is silent, its term past its threshold
+	st.holders = formatTerms([]term{{exec: 50, session: 2, grantedUS: nowUS - 11e6, threshold: 10 * time.Second}})
+	st.reserved = []int64{100}
+	plan, err := decide(st, []request{acquireReq(1)}, counter())
+	require.NoError(t, err)
+	require.Equal(t, DeniedLimit, plan.results[0].acquire.Denied)
+	require.Empty(t, plan.lapsed)
+	require.Empty(t, plan.reclaims)
+}
+
+func TestAnOfferedTicketOfASilentProcessIsDroppedNotRequeued(t *testing.T) {
+	q := queue{nowUS: nowUS, tickets: []ticket{
+		{id: 1, session: 1, queuedUS: nowUS - 5e6, offeredUS: nowUS - 4e6, threshold: 10 * time.Second, window: 3 * time.Second},
+		{id: 2, session: 2, queuedUS: nowUS - 5e6, offeredUS: nowUS - 4e6, threshold: 10 * time.Second, window: 3 * time.Second},
+	}}
+	q.prune(map[int64]int64{1: nowUS - 11e6, 2: nowUS - 1e6})
+	require.Len(t, q.tickets, 1)
+	require.Equal(t, int64(2), q.tickets[0].id, "a live waiter slow to take its offer goes to the back")
+	require.Equal(t, nowUS, q.tickets[0].queuedUS)
 }

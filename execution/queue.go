@@ -153,6 +153,10 @@ func (q *queue) prune(heartbeats map[int64]int64) {
 	for _, t := range q.tickets {
 		switch {
 		case !t.alive(q.nowUS, heartbeats[t.session]):
+		case t.offeredUS != 0 && time.Duration(q.nowUS-t.offeredUS)*time.Microsecond > t.window &&
+			time.Duration(q.nowUS-heartbeats[t.session])*time.Microsecond > t.threshold:
+			// Its offer lapsed and its process has not heartbeat for a threshold: requeued, it
+			// would live a threshold more from its new queueing time, and be offered again.
 		case t.offeredUS != 0 && time.Duration(q.nowUS-t.offeredUS)*time.Microsecond > t.window:
 			t.offeredUS, t.queuedUS = 0, q.nowUS
 			late = append(late, t)

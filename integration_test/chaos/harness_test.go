@@ -522,7 +522,9 @@ func taskStates(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app strin
 	rows, err := pool.Query(ctx, `
 SELECT d.task_name, d.tokens, d.fence,
        coalesce((SELECT array_agg(e.id) FROM taskling.task_execution e
-                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)), '{}')
+                 WHERE e.task_id = d.id AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)), '{}'),
+       coalesce((SELECT array_agg(h.exec_id) FROM taskling.handoff h WHERE h.task_id = d.id AND h.lapsed_at IS NULL), '{}'),
+       coalesce((SELECT array_agg(h.fence) FROM taskling.handoff h WHERE h.task_id = d.id), '{}')
 FROM taskling.task_definition d WHERE d.application_name = $1`, app)
 	if err != nil {
 		t.Fatal(err)
@@ -531,7 +533,7 @@ FROM taskling.task_definition d WHERE d.application_name = $1`, app)
 	for rows.Next() {
 		var name, text string
 		var st checker.TaskState
-		if err := rows.Scan(&name, &text, &st.Fence, &st.Open); err != nil {
+		if err := rows.Scan(&name, &text, &st.Fence, &st.Open, &st.Pending, &st.Handed); err != nil {
 			t.Fatal(err)
 		}
 		if st.Tokens, err = tokens.Parse(text); err != nil {

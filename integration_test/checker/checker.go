@@ -136,6 +136,10 @@ type TaskState struct {
 	Fence  int64
 	// Open are the executions that had neither completed nor been reclaimed when the row was read.
 	Open []int64
+	// Pending are the tickets granted a slot by a release (protocol 4: direct handoff) that their
+	// waiters had not taken yet; they hold tokens and have no execution. Handed are the fences of
+	// every such grant never taken (pending, or lapsed: taken back): fences no execution carries.
+	Pending, Handed []int64
 }
 
 // History is everything a run recorded.
@@ -416,14 +420,18 @@ func (c *checkRun) checkRowFence(task string, gs []*Grant) {
 	if !ok {
 		return
 	}
-	if n := int64(len(gs)); len(c.h.Switches) == 0 && st.Fence != n {
-		r.add("d", task, 0, "task row fence is %d but the database recorded %d grants", st.Fence, n)
+	if n := int64(len(gs) + len(st.Handed)); len(c.h.Switches) == 0 && st.Fence != n {
+		r.add("d", task, 0, "task row fence is %d but the database recorded %d grants (%d of them to tickets, never taken)", st.Fence, n, len(st.Handed))
+	}
+	handed := int64(0)
+	if len(st.Handed) > 0 {
+		handed = slices.Max(st.Handed)
 	}
 	for i := len(gs) - 1; i >= 0; i-- {
 		if gs[i].Lost {
 			continue // the row is the new primary's
 		}
-		if last := gs[i].Fence; st.Fence != last {
+		if last := max(gs[i].Fence, handed); st.Fence != last {
 			r.add("d", task, 0, "task row fence is %d but the last grant has fence %d", st.Fence, last)
 		}
 		return
@@ -457,7 +465,7 @@ func (c *checkRun) checkTokens() {
 	for task, st := range c.h.Before {
 		got := st.Tokens.Grantees()
 		slices.Sort(got)
-		want := slices.Clone(st.Open)
+		want := slices.Concat(st.Open, st.Pending)
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			r.add("d", task, 0, "before the sweep the token list holds %v but the open executions are %v", got, want)
@@ -469,6 +477,9 @@ func (c *checkRun) checkTokens() {
 		}
 		if len(st.Open) > 0 {
 			r.add("d", task, 0, "after the sweep executions are still open: %v", st.Open)
+		}
+		if len(st.Pending) > 0 {
+			r.add("d", task, 0, "after the sweep slots granted to tickets are still not taken: %v", st.Pending)
 		}
 		final := LimitFor(c.h.InitialLimit[task], c.changes[task], time.Now().Add(24*time.Hour))
 		if n := len(st.Tokens.Tokens); n != final {

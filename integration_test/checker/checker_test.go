@@ -74,6 +74,26 @@ func TestCleanHistoryPasses(t *testing.T) {
 	}
 }
 
+// Grants to tickets that nobody took (direct handoff, lapsed or pending) carry fences but no
+// execution: counted, and a pending one holds its token before the sweep.
+func TestGrantsToTicketsNeverTakenPass(t *testing.T) {
+	h := cleanHistory()
+	before := h.Before["t"]
+	before.Tokens.Tokens[0] = tokens.Token{ID: uuid.New(), Status: tokens.Held, Grantee: 60}
+	before.Pending, before.Handed = []int64{60}, []int64{6}
+	h.Before["t"] = before
+	for i := range h.Grants[5:] { // the sweep's grant comes after the pending one lapsed
+		h.Grants[5+i].Fence++
+		h.Holds[5+i].Fence++
+	}
+	after := h.After["t"]
+	after.Fence, after.Handed = 7, []int64{6}
+	h.After["t"] = after
+	if r := Check(h); len(r.Violations) > 0 {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+}
+
 // TestCheckerCatches breaks a clean history in one way per case and expects the checker to say so.
 func TestCheckerCatches(t *testing.T) {
 	cases := []struct {
@@ -124,6 +144,16 @@ func TestCheckerCatches(t *testing.T) {
 		{"fence counter disagrees", "d", "recorded 6 grants", func(h *History) {
 			st := h.After["t"]
 			st.Fence = 7
+			h.After["t"] = st
+		}},
+		{"a grant to a ticket not counted", "d", "but the last grant has fence 6", func(h *History) {
+			st := h.After["t"]
+			st.Fence, st.Handed = 7, []int64{5} // fence 7 went to no execution, yet 5 is counted
+			h.After["t"] = st
+		}},
+		{"a slot granted to a ticket held after the sweep", "d", "still not taken: [60]", func(h *History) {
+			st := h.After["t"]
+			st.Pending = []int64{60}
 			h.After["t"] = st
 		}},
 		{"token count after sweep", "d", "2 tokens, limit 1", func(h *History) {

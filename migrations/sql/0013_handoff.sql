@@ -9,8 +9,10 @@
 --
 -- A grant nobody takes (the waiter died, or hangs) must not hold the slot for a whole death
 -- threshold: once lapses_at has passed, the next token transaction on the task locks the row here
--- and takes the slot back. The row's lock decides a race between that and a late take: whichever
--- deletes the row first wins, and the other finds nothing.
+-- and takes the slot back, setting lapsed_at. The row's lock decides a race between that and a
+-- late take: whichever writes the row first wins, and the other finds nothing to take. A lapsed
+-- row stays as the record of a fence handed out that no execution carries (and for operators: a
+-- waiter that did not take its slot); the cleanup deletes it after the task's KeepFailed.
 
 CREATE TABLE taskling.handoff (
     exec_id     bigint      PRIMARY KEY,
@@ -20,9 +22,10 @@ CREATE TABLE taskling.handoff (
     granted_at  timestamptz NOT NULL,
     lapses_at   timestamptz NOT NULL,
     -- The death threshold the holder is judged by (its term in the task row): the waiter's lease.
-    death_threshold interval NOT NULL
+    death_threshold interval NOT NULL,
+    lapsed_at   timestamptz
 );
 
-CREATE INDEX handoff_task_idx ON taskling.handoff (task_id);
+CREATE INDEX handoff_task_idx ON taskling.handoff (task_id, lapsed_at);
 
 UPDATE taskling.protocol SET version = 4, changed_at = clock_timestamp();
