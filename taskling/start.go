@@ -34,8 +34,11 @@ type StartOptions struct {
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
 	// Waiters queue in the database: slots go to the oldest waiter across every host (higher
 	// Priority first), and while anyone waits, a start without WaitForSlot is refused even if a
-	// slot is free. A waiter is woken by a returned slot (LISTEN/NOTIFY), by a timer set to the
-	// earliest moment a silent holder may be judged dead, and by polling as a fallback. A wait
+	// slot is free. A slot freed while such a start (with no idempotent reference) is first in
+	// line is granted to it by the transaction that frees it; a grant or offer not taken within
+	// MaxPollInterval + 1 s passes to the next waiter. A waiter is woken by a returned slot
+	// (LISTEN/NOTIFY), by a timer set to the earliest moment a silent holder may be judged dead,
+	// and by polling as a fallback. A wait
 	// that ends with ctx leaves the queue at once, is recorded once as a Blocked execution, and
 	// its error wraps both ErrLimitReached and ctx's error.
 	WaitForSlot bool
