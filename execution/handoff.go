@@ -63,12 +63,18 @@ func (r *handoffRows) add(task int64, h handoffGrant) {
 // is not direct (offered the slot, as before), so the line's order holds; and wherever a grant
 // would need what the transaction does not know or an acquire would decide differently: a task
 // disabled or whose limit an operator changed since the last acquire adjusted it, a new
-// timeline's hold, holders whose liveness was not read.
+// timeline's hold, holders whose liveness was not read. A transaction of releases only reads no
+// heartbeats: it counts every holder alive (it grants unused slots only) and every ticket (one
+// whose waiter died lets its grant lapse).
 func (d *decider) handOff() error {
 	st := d.st
 	o := st.overrides
+	alive := d.alive
+	if st.heartbeats == nil {
+		alive = func(int64) bool { return true }
+	}
 	switch {
-	case st.handoffs == nil, st.protocol < 4, st.heartbeats == nil, d.list.IsUnlimited(),
+	case st.handoffs == nil, st.protocol < 4, d.list.IsUnlimited(),
 		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
 		len(d.missingTerms()) > 0 && st.legacy == nil:
 		return nil
@@ -82,7 +88,7 @@ func (d *decider) handOff() error {
 			return err
 		}
 		var g tokens.GrantResult
-		if d.list, g = d.list.Grant(t.id, d.alive); !g.Granted {
+		if d.list, g = d.list.Grant(t.id, alive); !g.Granted {
 			return nil
 		}
 		d.queue.remove(t.id)
@@ -133,55 +139,40 @@ func (d *decider) giveBack(ticket int64) {
 	d.dropTerm(ticket)
 }
 
-// handoffsSQL reads the grants to direct tickets of tasks $1 not taken yet; lapsedHandoffsSQL
-// locks those that lapsed (the only ones a transaction may take back), after it: a row in the
-// first but not the second whose lapse passed was taken meanwhile.
+// handoffsSQL reads the grants to direct tickets of tasks $1 not taken yet, and locks those that
+// lapsed (the only ones a transaction may take back). A row the lock no longer finds (a take
+// deleted it since the statement's snapshot) reads as not lapsed: if its lapse passed, it was
+// taken.
 const (
 	handoffsSQL = `
-SELECT h.task_id, h.exec_id, (extract(epoch FROM h.lapses_at) * 1000000)::bigint
+WITH lapsed AS (
+    SELECT l.exec_id FROM taskling.handoff l
+    WHERE l.task_id = ANY($1) AND l.lapsed_at IS NULL AND l.lapses_at <= clock_timestamp()
+    FOR UPDATE OF l)
+SELECT h.task_id, h.exec_id, (extract(epoch FROM h.lapses_at) * 1000000)::bigint, h.exec_id IN (SELECT exec_id FROM lapsed)
 FROM taskling.handoff h WHERE h.task_id = ANY($1) AND h.lapsed_at IS NULL`
-	lapsedHandoffsSQL = `
-SELECT h.exec_id FROM taskling.handoff h
-WHERE h.task_id = ANY($1) AND h.lapsed_at IS NULL AND h.lapses_at <= clock_timestamp()
-FOR UPDATE OF h`
 )
 
-// queueHandoffReads queues the two reads into handoffs (by task, then ticket); a task with none
-// gets an empty map.
-func queueHandoffReads(b *txBatch, ids []int64, handoffs map[int64]map[int64]handoff) {
+// queueHandoffRead queues the read into handoffs (by task, then ticket); a task with none gets
+// an empty map.
+func queueHandoffRead(b *txBatch, ids []int64, handoffs map[int64]map[int64]handoff) {
 	for _, id := range ids {
 		handoffs[id] = map[int64]handoff{}
 	}
-	owner := map[int64]int64{}
 	b.Queue(handoffsSQL, ids).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var task, exec, lapseUS int64
-			if err := rows.Scan(&task, &exec, &lapseUS); err != nil {
+			var task, exec int64
+			var h handoff
+			if err := rows.Scan(&task, &exec, &h.lapseUS, &h.lapsed); err != nil {
 				return err
 			}
-			handoffs[task][exec] = handoff{lapseUS: lapseUS}
-			owner[exec] = task
-		}
-		return rows.Err()
-	})
-	b.Queue(lapsedHandoffsSQL, ids).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var exec int64
-			if err := rows.Scan(&exec); err != nil {
-				return err
-			}
-			if task, ok := owner[exec]; ok {
-				h := handoffs[task][exec]
-				h.lapsed = true
-				handoffs[task][exec] = h
-			}
+			handoffs[task][exec] = h
 		}
 		return rows.Err()
 	})
 }
 
-// settleHandoffs drops, once both reads are in, the grants taken meanwhile: lapsed by the clock
-// but not locked.
+// settleHandoffs drops the grants taken meanwhile: lapsed by the clock but not locked.
 func settleHandoffs(handoffs map[int64]handoff, nowUS int64) {
 	for exec, h := range handoffs {
 		if !h.lapsed && h.lapseUS <= nowUS {

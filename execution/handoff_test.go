@@ -186,3 +186,20 @@ func TestAnOfferedTicketOfASilentProcessIsDroppedNotRequeued(t *testing.T) {
 	require.Equal(t, int64(2), q.tickets[0].id, "a live waiter slow to take its offer goes to the back")
 	require.Equal(t, nowUS, q.tickets[0].queuedUS)
 }
+
+// A transaction of releases only reads no heartbeats: its handoff takes unused slots only, never
+// a holder's it cannot judge.
+func TestAReleaseOnlyHandoffNeverTakesAHoldersSlot(t *testing.T) {
+	st := handoffState(true, true)
+	list := tokens.List{Tokens: []tokens.Token{held(t1, 5), held(t2, 6)}}
+	st.tokens = list.String()
+	st.holders = formatTerms([]term{{exec: 5, session: 1, grantedUS: nowUS - 1e6, threshold: 10 * time.Second},
+		{exec: 6, session: 4, grantedUS: nowUS - 60e6, threshold: 10 * time.Second}}) // judged by its grant alone, 6 would look dead
+	st.heartbeats = nil
+	plan, err := decide(st, []request{releaseReq(5, uuid.MustParse(t1))}, counter())
+	require.NoError(t, err)
+	require.Len(t, plan.handoffs, 1)
+	require.Equal(t, uuid.MustParse(t1), plan.handoffs[0].token, "the slot released, not 6's")
+	require.Empty(t, plan.reclaims)
+	require.ElementsMatch(t, []int64{50, 6}, parsed(t, plan.tokens).Grantees())
+}

@@ -135,7 +135,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		return row.Scan(&nowUS, &ep.timeline, &known, &ep.sinceUS, &ep.base)
 	})
 	handoffs := s.epochs.handoffs.Load()
-	if acquires > 0 || handoffs { // a release may hand its slot to a waiter: it judges them too
+	if acquires > 0 { // only acquires judge liveness
 		b.Queue(sessionsSQL, ids).Query(func(rows pgx.Rows) error {
 			return scanInt64Pairs(rows, func(id, us int64) { heartbeats[id] = us })
 		})
@@ -144,7 +144,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	taskHandoffs := map[int64]map[int64]handoff{}
 	if handoffs {
-		queueHandoffReads(b, ids, taskHandoffs)
+		queueHandoffRead(b, ids, taskHandoffs)
 	}
 	if acquires > 0 {
 		n := acquires
