@@ -163,30 +163,10 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	if len(legacy) > 0 {
 		legacyRows = map[int64]holder{}
-		b.Queue(legacySQL, slices.Sorted(maps.Keys(legacy))).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id, expiresUS int64
-				var alive bool
-				if err := rows.Scan(&id, &alive, &expiresUS); err != nil {
-					return err
-				}
-				legacyRows[id] = holder{alive: alive, expiresIn: time.Duration(expiresUS) * time.Microsecond}
-			}
-			return nil
-		})
+		queueLegacyRead(b, legacy, legacyRows)
 	}
 	if len(retries) > 0 {
-		b.Queue(endedSQL, retries).Query(func(rows pgx.Rows) error {
-			for rows.Next() {
-				var id int64
-				var outcome int16
-				if err := rows.Scan(&id, &outcome); err != nil {
-					return err
-				}
-				ended[id] = outcome
-			}
-			return nil
-		})
+		queueEndedRead(b, retries, ended)
 	}
 	if err := tx.send(ctx, b); err != nil {
 		return nil, err
@@ -222,6 +202,36 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
+}
+
+// queueLegacyRead queues the read of the liveness of grantees without terms, judged by their rows.
+func queueLegacyRead(b *txBatch, legacy map[int64]bool, into map[int64]holder) {
+	b.Queue(legacySQL, slices.Sorted(maps.Keys(legacy))).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, expiresUS int64
+			var alive bool
+			if err := rows.Scan(&id, &alive, &expiresUS); err != nil {
+				return err
+			}
+			into[id] = holder{alive: alive, expiresIn: time.Duration(expiresUS) * time.Microsecond}
+		}
+		return nil
+	})
+}
+
+// queueEndedRead queues the read of the recorded ends of the executions whose release is a retry.
+func queueEndedRead(b *txBatch, retries []int64, into map[int64]int16) {
+	b.Queue(endedSQL, retries).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id int64
+			var outcome int16
+			if err := rows.Scan(&id, &outcome); err != nil {
+				return err
+			}
+			into[id] = outcome
+		}
+		return nil
+	})
 }
 
 // scanClaims reads claimsSQL's rows into claims, by task and reference value.
