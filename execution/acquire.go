@@ -28,13 +28,15 @@ const taskRowSQL = `d.id, d.tokens, d.holders, d.queue, d.fence,
 // lockTasksSQL is the first statement of every token transaction: it takes the rows' locks in
 // id order (no deadlock between transactions serving several tasks) before anything is read, and
 // returns each row as it is under the lock. (A lock, not a write: the row is written once, by
-// updateTasksSQL, if anything changed.)
+// updateTasksSQL, if anything changed.) NO KEY UPDATE, the lock an UPDATE of non-key columns
+// takes: it lets an insert that references the row (an execution's foreign key, as a waiter's
+// take inserts) go on without waiting for the transaction.
 const lockTasksSQL = `
 SELECT ` + taskRowSQL + `
 FROM taskling.task_definition d
 WHERE d.id = ANY($1)
 ORDER BY d.id
-FOR UPDATE OF d`
+FOR NO KEY UPDATE OF d`
 
 // blockSQL is the heap page of the task row d's version (see combiner.pages).
 const blockSQL = `(d.ctid::text::point)[0]::bigint`

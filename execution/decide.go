@@ -290,16 +290,20 @@ func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireRes
 			res.Ticket, res.Direct, res.HandedOff = req.Ticket, true, true // its waiter takes it (TakeHandoff)
 			return false
 		}
-		pos := d.queue.position(req.Ticket)
-		if pos < 0 { // judged dead (its process paused), or never queued: back in line
-			d.queue.enqueue(d.newTicket(req, req.Ticket, res.Effective))
-			pos = d.queue.position(req.Ticket)
+		ticket := req.Ticket
+		pos := d.queue.position(ticket)
+		if pos < 0 {
+			// Judged dead (its process paused), its grant lapsed, or never queued: back in line,
+			// under a new id (a lapsed grant's record keeps the old one).
+			ticket = execID
+			d.queue.enqueue(d.newTicket(req, ticket, res.Effective))
+			pos = d.queue.position(ticket)
 		}
 		if pos < free {
-			d.queue.remove(req.Ticket)
+			d.queue.remove(ticket)
 			return true
 		}
-		res.Ticket, res.Position, res.Direct = req.Ticket, pos+1, d.queue.tickets[pos].direct
+		res.Ticket, res.Position, res.Direct = ticket, pos+1, d.queue.tickets[pos].direct && res.Effective.KeepAlive()
 		return false
 	}
 	if len(d.queue.tickets) < free {
@@ -593,6 +597,11 @@ func (d *decider) settleTerms(judge bool) {
 	}
 	for _, id := range slices.Clone(d.order) {
 		if !granted[id] {
+			if _, ok := d.st.handoffs[id]; ok && !slices.Contains(d.plan.lapsed, id) {
+				// A grant to a ticket left out of a new list (not adopted: it lapsed, so its
+				// row is locked): its record lapses too, so a late take finds nothing.
+				d.plan.lapsed = append(d.plan.lapsed, id)
+			}
 			d.dropTerm(id) // its token went with Adjust, which reported it
 		}
 	}

@@ -74,8 +74,9 @@ func (d *decider) handOff() error {
 		alive = func(int64) bool { return true }
 	}
 	switch {
-	case st.handoffs == nil, st.protocol < 4, d.list.IsUnlimited(),
+	case st.handoffs == nil, st.protocol < 4, st.protocol > ProtocolVersion, d.list.IsUnlimited(),
 		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
+		o.DeathMode != nil && *o.DeathMode != modeKeepAlive, // the grant lives by the waiter's session
 		len(d.missingTerms()) > 0 && st.legacy == nil:
 		return nil
 	}
@@ -225,6 +226,7 @@ var ErrNotHandedOff = errors.New("no slot granted to the ticket")
 // statement is not cancelled with ctx once sent (see txConn.commit): a taken slot is never left
 // unknown to its waiter for a cancellation.
 func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective Settings) (AcquireResult, error) {
+	effective.DeathMode = modeKeepAlive // as its grant's term: it lives by the session's heartbeat
 	res := AcquireResult{Effective: effective}
 	var header any
 	if req.Header != nil {
@@ -242,6 +244,8 @@ func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective S
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return AcquireResult{}, ErrNotHandedOff
+	case isRetryable(err): // a deadlock or serialization failure: it did nothing, try again
+		return AcquireResult{}, fmt.Errorf("%w: %w", ErrNotHandedOff, err)
 	case err != nil:
 		return AcquireResult{}, fmt.Errorf("execution: take the slot granted to ticket %d of %s: %w", req.Ticket, req.TaskName, err)
 	}

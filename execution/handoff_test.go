@@ -1,6 +1,7 @@
 package execution
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -43,12 +44,14 @@ func TestAReleaseGrantsItsSlotToTheDirectTicketFirstInLine(t *testing.T) {
 
 func TestNoHandoffWhereAnAcquireCouldDecideOtherwise(t *testing.T) {
 	release := []request{releaseReq(5, uuid.MustParse(t1))}
-	two, off := 2, false
+	two, off, override := 2, false, modeOverride
 	for name, change := range map[string]func(*txState){
 		"a ticket that is not direct is first": func(st *txState) { *st = handoffState(false, true) },
 		"an operator changed the limit":        func(st *txState) { st.overrides.ConcurrencyLimit = &two },
 		"the task is disabled":                 func(st *txState) { st.overrides.Enabled = &off },
 		"a schema without handoffs":            func(st *txState) { st.handoffs = nil },
+		"an operator set Override mode":        func(st *txState) { st.overrides.DeathMode = &override },
+		"the database runs a newer protocol":   func(st *txState) { st.protocol = ProtocolVersion + 1 },
 		"a new timeline's hold":                func(st *txState) { st.epoch = epoch{timeline: 2, sinceUS: nowUS, base: 2 << 40} },
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -66,8 +69,12 @@ func TestNoHandoffWhereAnAcquireCouldDecideOtherwise(t *testing.T) {
 func TestAHandoffSkipsADeadWaitersTicket(t *testing.T) {
 	st := handoffState(true, true)
 	st.heartbeats[2] = nowUS - 11e6 // session 2 died: its ticket is pruned
-	plan, err := decide(st, []request{releaseReq(5, uuid.MustParse(t1))}, counter())
+	st.reserved = []int64{100}
+	// With an acquire (a start without a ticket, refused: no barging), the transaction judges the
+	// waiters; one of releases only does not (and a dead waiter's grant would lapse).
+	plan, err := decide(st, []request{releaseReq(5, uuid.MustParse(t1)), acquireReq(1)}, counter())
 	require.NoError(t, err)
+	require.Equal(t, DeniedLimit, plan.results[1].acquire.Denied)
 	require.Len(t, plan.handoffs, 1)
 	require.Equal(t, int64(51), plan.handoffs[0].exec)
 	require.Empty(t, plan.queue)
@@ -202,4 +209,35 @@ func TestAReleaseOnlyHandoffNeverTakesAHoldersSlot(t *testing.T) {
 	require.Equal(t, uuid.MustParse(t1), plan.handoffs[0].token, "the slot released, not 6's")
 	require.Empty(t, plan.reclaims)
 	require.ElementsMatch(t, []int64{50, 6}, parsed(t, plan.tokens).Grantees())
+}
+
+// A waiter whose grant lapsed comes back with its old ticket: it queues under a new id, since the
+// lapsed grant's record keeps the old one (granting that id again would collide with it).
+func TestAWaiterWhoseGrantLapsedQueuesUnderANewID(t *testing.T) {
+	st := handoffState(true, true)
+	st.reserved = []int64{100}
+	r := acquireReq(1)
+	r.acquire.Wait, r.acquire.Direct, r.acquire.Ticket, r.acquire.SessionID = true, true, 49, 2
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	res := plan.results[0].acquire
+	require.Equal(t, DeniedLimit, res.Denied)
+	require.Equal(t, int64(100), res.Ticket)
+	require.True(t, res.Direct)
+	q, err := parseQueue(plan.queue)
+	require.NoError(t, err)
+	require.Equal(t, []int64{50, 51, 100}, []int64{q[0].id, q[1].id, q[2].id})
+}
+
+// A lapsed grant left out when an unlimited task gets a limit (only live holders are adopted) is
+// marked lapsed, so a late take finds nothing.
+func TestALapsedGrantLeftOutOfANewListLapses(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS - 1, lapsed: true})
+	unlimited := tokens.List{Tokens: []tokens.Token{{ID: uuid.MustParse(t1), Status: tokens.Unlimited}}}
+	st.tokens = unlimited.String()
+	st.reserved = []int64{100}
+	plan, err := decide(st, []request{acquireReq(1)}, counter())
+	require.NoError(t, err)
+	require.Equal(t, []int64{50}, plan.lapsed)
+	require.NotContains(t, termExecs(mustTerms(t, strings.ReplaceAll(plan.holders, grantMark, "A:0"))), int64(50))
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/backoff"
 )
 
 // MaxReferenceValueLength is the longest ReferenceValue, in bytes.
@@ -185,9 +186,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 				granted = true
 				return e, nil
 			case !errors.Is(err, execution.ErrNotHandedOff):
-				// Whether it took the slot is unknown: give the ticket and whatever it holds back,
-				// and wait on with a new one.
-				c.leave(ctx, req)
+				// Whether it took the slot is unknown: give the ticket and whatever it holds back
+				// (retried until done), and wait on with a new one.
+				c.giveBack(req)
 				req.Ticket, queued = 0, queuedTicket{}
 			}
 		}
@@ -265,6 +266,38 @@ func (c *Client) takeHandoff(ctx context.Context, app, task string, req executio
 	}
 	return c.newExecution(app, task, req, res, settings, ctx), nil
 }
+
+// giveBack gives req's ticket back with whatever it holds (a slot granted to it, or the execution
+// a take whose outcome is unknown started), in the background, retrying until it is done, the
+// client closes, or giveBackFor passes: a slot held by this process's live session would
+// otherwise stay held as long as the process runs.
+func (c *Client) giveBack(req execution.AcquireRequest) {
+	req.LeaveQueue, req.RecordDenial = true, false
+	until := time.Now().Add(giveBackFor)
+	c.live.Add(1)
+	go func() {
+		defer c.live.Done()
+		for attempt := 0; ; attempt++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := c.store.Acquire(ctx, req)
+			cancel()
+			if err == nil || time.Now().After(until) {
+				if err != nil {
+					c.log.Warn("taskling: could not give back a ticket whose take's outcome is unknown", zap.String("task", req.TaskName), zap.Error(err))
+				}
+				return
+			}
+			select {
+			case <-c.closed:
+				return
+			case <-time.After(backoff.Delay(attempt, 100*time.Millisecond, 5*time.Second)):
+			}
+		}
+	}()
+}
+
+// giveBackFor bounds giveBack's retries.
+const giveBackFor = 3 * time.Minute
 
 // leave removes req's ticket from the task's queue, if it has one. Best effort: a ticket left
 // behind is dropped once its offer goes untaken, or once the session stops heartbeating.
