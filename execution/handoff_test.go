@@ -80,6 +80,13 @@ func TestAHandoffSkipsADeadWaitersTicket(t *testing.T) {
 	require.Empty(t, plan.queue)
 }
 
+// waiterReq is an attempt of the waiter holding ticket, of session (limit 1).
+func waiterReq(ticket, session int64) request {
+	r := acquireReq(1)
+	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, ticket, session
+	return r
+}
+
 // grantedTo50 is handoffState after the release: the slot granted to ticket 50, not taken.
 func grantedTo50(lapse handoff) txState {
 	st := handoffState(true, true)
@@ -96,8 +103,7 @@ func grantedTo50(lapse handoff) txState {
 func TestAGrantNotTakenHoldsTheSlotUntilItLapses(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 51, 3
+	r := waiterReq(51, 3)
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	res := plan.results[0].acquire
@@ -109,8 +115,7 @@ func TestAGrantNotTakenHoldsTheSlotUntilItLapses(t *testing.T) {
 func TestALapsedGrantIsTakenBackWithoutEndingAnExecution(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS - 1, lapsed: true})
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 51, 3
+	r := waiterReq(51, 3)
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	res := plan.results[0].acquire
@@ -124,8 +129,7 @@ func TestALapsedGrantIsTakenBackWithoutEndingAnExecution(t *testing.T) {
 func TestAWaiterToldItsTicketHoldsAGrant(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	r := waiterReq(50, 2)
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	res := plan.results[0].acquire
@@ -138,8 +142,8 @@ func TestAWaiterToldItsTicketHoldsAGrant(t *testing.T) {
 func TestAWaiterThatLeavesGivesItsGrantBack(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.LeaveQueue, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	r := waiterReq(50, 2)
+	r.acquire.LeaveQueue = true
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	require.Equal(t, []int64{50}, plan.lapsed)
@@ -165,8 +169,8 @@ func TestAGrantIsGivenBackOnlyUnderTheLock(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
 	st.queue, st.handoffs, st.heartbeats, st.blind = "", nil, nil, true // a cached copy
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.LeaveQueue, r.acquire.Ticket, r.acquire.SessionID = true, 50, 2
+	r := waiterReq(50, 2)
+	r.acquire.LeaveQueue = true
 	_, err := decide(st, []request{r}, counter())
 	require.ErrorIs(t, err, errBlind, "whether the grant was taken is only known under the lock")
 }
@@ -216,8 +220,8 @@ func TestAReleaseOnlyHandoffNeverTakesAHoldersSlot(t *testing.T) {
 func TestAWaiterWhoseGrantLapsedQueuesUnderANewID(t *testing.T) {
 	st := handoffState(true, true)
 	st.reserved = []int64{100}
-	r := acquireReq(1)
-	r.acquire.Wait, r.acquire.Direct, r.acquire.Ticket, r.acquire.SessionID = true, true, 49, 2
+	r := waiterReq(49, 2)
+	r.acquire.Direct = true
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	res := plan.results[0].acquire
