@@ -559,6 +559,19 @@ func text(t *testing.T, ctx context.Context, selector string) string {
 
 // waitText waits until the first element matching selector reads want: the auto-refresh may be
 // replacing the element (or the page loading) when it is first looked for.
+// navigate loads url, again if the load was aborted: a navigation the page started itself (its
+// auto-refresh, a form it submitted) may cut this one short (net::ERR_ABORTED, seen in CI).
+func navigate(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	var err error
+	for range 3 {
+		if err = chromedp.Do(ctx, chromedp.Navigate(url)); err == nil || !strings.Contains(err.Error(), "ERR_ABORTED") {
+			break
+		}
+	}
+	require.NoError(t, err)
+}
+
 func waitText(t *testing.T, ctx context.Context, selector, want string) {
 	t.Helper()
 	sel, err := json.Marshal(selector)
@@ -646,8 +659,8 @@ SELECT app, 'job-' || lpad(i::text, 3, '0'), 2, 'seed' FROM unnest(array['alpha'
 	require.Eventually(t, func() bool { return rows() == 10 }, 5*time.Second, 20*time.Millisecond) // the auto-refresh may be replacing the table
 
 	// The status filter: a changed select submits the form by itself (SetValue fires "change").
+	navigate(t, bctx, srv.URL+"/")
 	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate(srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#filter-status`)),
 		chromedp.SetValue(chromedp.CSS(`#filter-status`), "busy"),
 		chromedp.WaitVisible(chromedp.CSS(`#filter-clear`)),
@@ -656,10 +669,8 @@ SELECT app, 'job-' || lpad(i::text, 3, '0'), 2, 'seed' FROM unnest(array['alpha'
 	require.Contains(t, text(t, bctx, `table.tasks tbody`), "beta/job-007")
 
 	// Page forward through every task: page 2 is beta/job-010 … gamma/job-019, in two groups.
-	require.NoError(t, chromedp.Do(bctx,
-		chromedp.Navigate(srv.URL+"/"),
-		chromedp.WaitVisible(chromedp.CSS(`#next-page`)),
-	))
+	navigate(t, bctx, srv.URL+"/")
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#next-page`))))
 	// A click from the page itself: the auto-refresh may replace the link between a lookup and a click.
 	_, err = chromedp.Run(bctx, chromedp.Evaluate[bool](`(document.getElementById("next-page").click(), true)`))
 	require.NoError(t, err)
