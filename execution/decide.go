@@ -596,12 +596,13 @@ func (d *decider) settleTerms(judge bool) {
 		granted[id] = true
 	}
 	for _, id := range slices.Clone(d.order) {
-		if !granted[id] {
-			if _, ok := d.st.handoffs[id]; ok && !slices.Contains(d.plan.lapsed, id) {
-				// A grant to a ticket left out of a new list (not adopted: it lapsed, so its
-				// row is locked): its record lapses too, so a late take finds nothing.
-				d.plan.lapsed = append(d.plan.lapsed, id)
-			}
+		switch _, handedOff := d.st.handoffs[id]; {
+		case granted[id]:
+		case handedOff:
+			// A grant to a ticket left out of a new list (not adopted: it lapsed, so its row is
+			// locked): taken back like any lapsed grant, so a late take finds nothing.
+			d.reclaim(id)
+		default:
 			d.dropTerm(id) // its token went with Adjust, which reported it
 		}
 	}

@@ -144,15 +144,13 @@ func (d *decider) giveBack(ticket int64) {
 // lapsed (the only ones a transaction may take back). A row the lock no longer finds (a take
 // deleted it since the statement's snapshot) reads as not lapsed: if its lapse passed, it was
 // taken.
-const (
-	handoffsSQL = `
+const handoffsSQL = `
 WITH lapsed AS (
     SELECT l.exec_id FROM taskling.handoff l
     WHERE l.task_id = ANY($1) AND l.lapsed_at IS NULL AND l.lapses_at <= clock_timestamp()
     FOR UPDATE OF l)
 SELECT h.task_id, h.exec_id, (extract(epoch FROM h.lapses_at) * 1000000)::bigint, h.exec_id IN (SELECT exec_id FROM lapsed)
 FROM taskling.handoff h WHERE h.task_id = ANY($1) AND h.lapsed_at IS NULL`
-)
 
 // queueHandoffRead queues the read into handoffs (by task, then ticket); a task with none gets
 // an empty map.
@@ -232,11 +230,7 @@ func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective S
 	if req.Header != nil {
 		header = string(req.Header)
 	}
-	wait := commitTimeout
-	if d, ok := ctx.Deadline(); ok && time.Until(d) > wait {
-		wait = time.Until(d)
-	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	tctx, cancel := lastRoundTrip(ctx)
 	defer cancel()
 	err := s.pool.QueryRow(tctx, takeHandoffSQL, req.Ticket, req.TaskID, req.Host, req.SessionID, effective.DeathMode,
 		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion).

@@ -580,17 +580,24 @@ func (t *txConn) commit(ctx context.Context, b *txBatch) error {
 	// be unknown, and a ticket it queued (a waiter whose wait just timed out) would stay in the
 	// queue unknown to its waiter, offered the slot again and again. A caller whose context ended
 	// meanwhile waits for this one round trip (at most commitTimeout) and learns what it wrote.
-	wait := commitTimeout
-	if d, ok := ctx.Deadline(); ok && time.Until(d) > wait {
-		wait = time.Until(d) // the caller allowed longer (a synchronous standby, say)
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
+	cctx, cancel := lastRoundTrip(ctx)
 	defer cancel()
 	if err := t.send(cctx, b); err != nil {
 		return err
 	}
 	t.open = false
 	return nil
+}
+
+// lastRoundTrip is the context of a round trip whose outcome must not be left unknown for a
+// cancellation: ctx's values, not its cancellation, and at most commitTimeout or ctx's deadline,
+// whichever is later (the caller allowed longer: a synchronous standby, say).
+func lastRoundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
+	wait := commitTimeout
+	if d, ok := ctx.Deadline(); ok && time.Until(d) > wait {
+		wait = time.Until(d)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), wait)
 }
 
 // commitTimeout bounds the last round trip of a token transaction once sent (or the caller's

@@ -131,9 +131,7 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 			return res, err
 		}
 	}
-	c.report(app, task, req, res, retired != nil)
-	c.noteRetention(req)
-	c.startCleaner()
+	c.settled(app, task, req, res, retired != nil)
 	if d := res.ConflictingDeclaration; d != nil {
 		c.noteDispute(req, *d)
 		c.log.Warn("taskling: hosts declare different concurrency limits for one task; the last requester's limit is in force unless an operator override is set",
@@ -255,9 +253,7 @@ func (c *Client) takeHandoff(ctx context.Context, app, task string, req executio
 		return nil, err
 	}
 	c.hooks.acquireDone(app, task, time.Since(began))
-	c.report(app, task, req, res, false)
-	c.noteRetention(req)
-	c.startCleaner()
+	c.settled(app, task, req, res, false)
 	// The holder lives by its session's heartbeat from its grant, which came after the ticket
 	// was queued: its lease runs from the later of that and the session's last renewal.
 	res.SentAt = q.since
@@ -327,6 +323,14 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrLimitReached, req.TaskName, id, cause)
 	}
 	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)
+}
+
+// settled follows a committed acquisition or take: its hooks, the task's keep settings, and the
+// cleanup loop (started by a client's first start).
+func (c *Client) settled(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
+	c.report(app, task, req, res, retired)
+	c.noteRetention(req)
+	c.startCleaner()
 }
 
 // report calls the hooks for a committed acquisition.

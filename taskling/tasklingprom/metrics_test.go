@@ -224,3 +224,33 @@ func TestCleanupRowsAreCountedByKind(t *testing.T) {
 	require.Equal(t, 2.0, metricValue(t, m, "taskling_cleanup_rows_total", map[string]string{"task": "app/task", "kind": "completed"}),
 		"the latest execution stays")
 }
+
+// A waiter with a ticket in a process whose listener is in place polls only as a fallback (README,
+// How it works: direct handoff): each poll is an acquisition on the task row that releases wait
+// for. Polling from 50 ms on and doubling, a 3 s wait made 6 attempts; now the first and then
+// about one a second.
+func TestAWaiterWithATicketPollsOnlyAsAFallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	cfg := &taskling.Config{HostName: "test-host", Defaults: taskling.TaskSettings{ConcurrencyLimit: 1}}
+	holderClient, err := taskling.NewClient(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(holderClient.Close)
+	holder, err := holderClient.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Complete(ctx) })
+
+	waiter, err := taskling.NewClient(pool, cfg)
+	require.NoError(t, err)
+	t.Cleanup(waiter.Close)
+	m := tasklingprom.New(waiter)
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err = waiter.StartExecution(wctx, "app", "task", &taskling.StartOptions{WaitForSlot: true})
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	attempts := metricValue(t, m, "taskling_acquire_duration_seconds", map[string]string{"task": "app/task"})
+	t.Logf("%v acquisition attempts in a 3 s wait", attempts)
+	require.LessOrEqual(t, attempts, 4.0)
+	require.GreaterOrEqual(t, attempts, 2.0, "it still polls")
+}
