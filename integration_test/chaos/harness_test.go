@@ -432,7 +432,7 @@ func ledgerFrom(t *testing.T, evs []ledger.Event) ledgerHistory {
 				continue
 			}
 			holds[e.Exec] = &checker.Hold{Exec: e.Exec, Task: e.Task, Host: e.Host, Fence: e.Fence, ReturnedAt: e.At,
-				Submission: e.Submission, Attempt: e.Attempt, GrantedAt: e.GrantedAt}
+				Submission: e.Submission, Attempt: e.Attempt, GrantedAt: e.GrantedAt, Waited: e.Waited}
 			order = append(order, e.Exec)
 		case ledger.KindStop:
 			if hd := holds[e.Exec]; hd != nil {

@@ -114,6 +114,9 @@ type Hold struct {
 	// GrantedAt is the grant time StartExecution returned (the database's started_at); it tells
 	// apart two grants of one execution id across a failover (see MergeTimelines).
 	GrantedAt time.Time
+	// Waited: a WaitForSlot start. Its slot may have been granted to its ticket by another
+	// process's release (direct handoff) and taken only when StartExecution returned.
+	Waited bool
 }
 
 // LimitChange is an operator override of a task's limit, committed within [Start, End].
@@ -499,6 +502,12 @@ func (c *checkRun) checkOutages() {
 			g, ok := c.grants[hd.Exec]
 			if !ok || (w.Host != "" && hd.Host != w.Host) || !g.GrantedAt.Before(w.Start) || hd.StopAt.IsZero() || !hd.StopAt.After(w.Start) {
 				continue // another host's, granted later, killed, or stopped before the outage
+			}
+			if hd.Waited && hd.ReturnedAt.After(w.End) {
+				// A waiter whose slot was granted to its ticket before the outage and taken after
+				// it: its lease runs from its session's first heartbeat after the outage, as the
+				// database judges it (by that heartbeat) too.
+				continue
 			}
 			if deadline := w.Start.Add(h.LeaseTTL); hd.StopAt.After(deadline) {
 				r.add("f", hd.Task, hd.Exec, "cut off by a %s of %s from %s, it worked until %s (%q), past its lease (at the latest %s)",

@@ -228,3 +228,29 @@ func requireViolation(t *testing.T, r Report, check, want string) {
 	}
 	t.Fatalf("want a (%s) violation containing %q; got %v", check, want, r.Violations)
 }
+
+// A waiter whose slot was granted to its ticket just before its host was cut off, and taken
+// after the outage, works by a heartbeat sent after it: rule (f) does not bound it by the outage's
+// start. A holder whose start returned before the outage still is.
+func TestAWaiterThatTookItsSlotAfterAnOutageMayWork(t *testing.T) {
+	fOf := func(h History) []Violation {
+		var out []Violation
+		for _, v := range Check(h).Violations {
+			if v.Check == "f" {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	h := cleanHistory()
+	h.Grants = append(h.Grants, Grant{Exec: 9, Task: "u", Host: "w3", Fence: 1, GrantedAt: at(3050), LastKeepAlive: at(6100), Threshold: threshold, CompletedAt: at(6300)})
+	h.Holds = append(h.Holds, Hold{Exec: 9, Task: "u", Host: "w3", Fence: 1, Waited: true, ReturnedAt: at(6100), StopAt: at(6200),
+		Reason: ledger.ReasonCompleted, Result: ledger.ResultOK})
+	if v := fOf(h); len(v) > 0 {
+		t.Fatalf("a waiter that took its slot after the outage: %v", v)
+	}
+	h.Holds[len(h.Holds)-1].ReturnedAt = at(3060) // it returned before the outage: its lease ran out in it
+	if v := fOf(h); len(v) != 1 || v[0].Exec != 9 {
+		t.Fatalf("want one (f) violation for exec 9, got %v", v)
+	}
+}
