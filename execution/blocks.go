@@ -726,13 +726,31 @@ type BlockAttempt struct {
 	EndedAt     *time.Time `db:"ended_at"`
 	ItemsDone   *int64     `db:"items_done"`
 	Message     *string    `db:"message"`
+	// Dead: not ended, and its execution no longer runs or a later attempt took the block.
+	Dead bool `db:"dead"`
 }
+
+// blockAttemptsSQL lists block $1's attempts, each judged like the block (statusSQL, on its own
+// execution): one that did not end is dead once its execution no longer runs, and once it is
+// not the latest (the block was taken from it, which only happens to an attempt that ended or
+// whose execution did not run; an execution judged dead may read running again until reclaimed,
+// as a paused process resumes, but its attempt stays superseded). Derived when read, like the
+// block's status: a death is a moment on the clock, not a write.
+var blockAttemptsSQL = `
+SELECT a.attempt, a.execution_id, a.status, a.forced, a.created_at, a.started_at, a.ended_at, a.items_done, a.message,
+    (a.status IN (1, 2) AND (a.attempt < b.attempts OR ` + statusSQL + ` <> 'in_progress')) AS dead
+FROM taskling.block_attempt a
+JOIN taskling.block b ON b.id = a.block_id
+LEFT JOIN taskling.task_execution e ON e.id = a.execution_id
+LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+LEFT JOIN taskling.session s ON s.id = e.session_id
+WHERE a.block_id = $1
+ORDER BY a.attempt`
 
 // BlockAttempts lists a block's attempts, first first.
 func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, error) {
 	var out []BlockAttempt
-	err := pgxscan.Select(ctx, s.pool, &out, `SELECT attempt, execution_id, status, forced, created_at, started_at, ended_at,
-    items_done, message FROM taskling.block_attempt WHERE block_id = $1 ORDER BY attempt`, id)
+	err := pgxscan.Select(ctx, s.pool, &out, blockAttemptsSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("execution: attempts of block %d: %w", id, err)
 	}
