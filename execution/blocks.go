@@ -593,13 +593,40 @@ func (s *Store) LastBlock(ctx context.Context, taskID int64, kind int16, order s
 // ErrBlockNotFound: no block has the id.
 var ErrBlockNotFound = errors.New("no such block")
 
+// forceLockClass is the first key of the advisory lock that orders the forces of a task's blocks
+// and the task's cleanup batches (the second is the task id): "tkfc". A pending force keeps its
+// block from the cleanup, and a batch reads the forces only after taking the lock, in a statement
+// of its own (a statement's snapshot is taken before it waits): a force committed before it is
+// seen and its block kept, and a force that waited for a batch finds its block gone (not found).
+const forceLockClass = 0x746b6663
+
+// forceLockSQL takes the force lock of the task whose id is the SQL expression task.
+func forceLockSQL(task string) string {
+	return fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, (%s & 2147483647)::integer)`, forceLockClass, task)
+}
+
 // ForceBlock queues block id to be taken first by the next execution of its task that asks for
 // blocks of its kind (again: once queued, forcing it is a no-op until taken), and records the
-// operator change ("block #ID": its status → forced) in the same statement. It returns the
-// block's task.
+// operator change ("block #ID": its status → forced) in the same statement, under the task's
+// force lock (forceLockClass). It returns the block's task.
 func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, error) {
 	var task int64
-	err := s.pool.QueryRow(ctx, `
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(forceLockSQL("task_id")+` FROM taskling.block WHERE id = $1`, id)
+		b.Queue(forceBlockSQL, id, by).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("execution: block %d: %w", id, ErrBlockNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("execution: force block %d: %w", id, err)
+	}
+	return task, nil
+}
+
+const forceBlockSQL = `
 WITH b AS (SELECT id, task_id, status FROM taskling.block WHERE id = $1),
 ins AS (
     INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $2 FROM b
@@ -611,15 +638,7 @@ ch AS (
     SELECT b.task_id, $2, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
     FROM b JOIN ins ON ins.block_id = b.id
 )
-SELECT task_id FROM b`, id, by).Scan(&task)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("execution: block %d: %w", id, ErrBlockNotFound)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("execution: force block %d: %w", id, err)
-	}
-	return task, nil
-}
+SELECT task_id FROM b`
 
 // BlockInfo is a block with its latest attempt's state, as operators see it.
 type BlockInfo struct {
@@ -726,13 +745,31 @@ type BlockAttempt struct {
 	EndedAt     *time.Time `db:"ended_at"`
 	ItemsDone   *int64     `db:"items_done"`
 	Message     *string    `db:"message"`
+	// Dead: not ended, and its execution no longer runs or a later attempt took the block.
+	Dead bool `db:"dead"`
 }
+
+// blockAttemptsSQL lists block $1's attempts, each judged like the block (statusSQL, on its own
+// execution): one that did not end is dead once its execution no longer runs, and once it is
+// not the latest (the block was taken from it, which only happens to an attempt that ended or
+// whose execution did not run; an execution judged dead may read running again until reclaimed,
+// as a paused process resumes, but its attempt stays superseded). Derived when read, like the
+// block's status: a death is a moment on the clock, not a write.
+var blockAttemptsSQL = `
+SELECT a.attempt, a.execution_id, a.status, a.forced, a.created_at, a.started_at, a.ended_at, a.items_done, a.message,
+    (a.status IN (1, 2) AND (a.attempt < b.attempts OR ` + statusSQL + ` <> 'in_progress')) AS dead
+FROM taskling.block_attempt a
+JOIN taskling.block b ON b.id = a.block_id
+LEFT JOIN taskling.task_execution e ON e.id = a.execution_id
+LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+LEFT JOIN taskling.session s ON s.id = e.session_id
+WHERE a.block_id = $1
+ORDER BY a.attempt`
 
 // BlockAttempts lists a block's attempts, first first.
 func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, error) {
 	var out []BlockAttempt
-	err := pgxscan.Select(ctx, s.pool, &out, `SELECT attempt, execution_id, status, forced, created_at, started_at, ended_at,
-    items_done, message FROM taskling.block_attempt WHERE block_id = $1 ORDER BY attempt`, id)
+	err := pgxscan.Select(ctx, s.pool, &out, blockAttemptsSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("execution: attempts of block %d: %w", id, err)
 	}

@@ -266,7 +266,9 @@ func (c *CleanupCounts) Add(o CleanupCounts) {
 // an execution that has not ended (a live holder, or one not yet judged dead), the task's latest
 // execution and its latest scheduled one (the schedule's last run) unless the task is retired
 // (its history then goes entirely, by age), the execution of a block not completed (it may be
-// retaken, and is shown with its attempt), and attempts of submissions still waiting or running.
+// retaken, and is shown with its attempt) or of a completed block with a pending force (it will
+// be taken again: the force, its block and the attempt stay until then), and attempts of
+// submissions still waiting or running.
 const cleanupCandidatesSQL = `
 SELECT e.id, e.started_at, e.scheduled_for, e.reference_value,
        CASE WHEN e.blocked THEN 3 WHEN x.outcome = 1 AND NOT e.failed THEN 1 ELSE 2 END AS class
@@ -285,7 +287,8 @@ WHERE e.task_id = $1
         UNION ALL
         (SELECT l.id FROM taskling.task_execution l WHERE l.task_id = $1 AND l.scheduled_for IS NOT NULL
          ORDER BY l.scheduled_for DESC LIMIT 1))))
-  AND NOT EXISTS (SELECT 1 FROM taskling.block b WHERE b.execution_id = e.id AND b.status <> 3)
+  AND NOT EXISTS (SELECT 1 FROM taskling.block b WHERE b.execution_id = e.id
+                  AND (b.status <> 3 OR EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL)))
   AND NOT EXISTS (SELECT 1 FROM taskling.submission_attempt a JOIN taskling.submission s ON s.id = a.submission_id
                   WHERE a.execution_id = e.id AND s.status IN (1, 2))
 ORDER BY e.started_at, e.id
@@ -390,6 +393,10 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 			if tag.RowsAffected() == 0 {
 				return ErrCleanupClaimLost
 			}
+		}
+		// Ordered with ForceBlock: this batch sees every force committed before it took the lock.
+		if _, err := tx.Exec(ctx, forceLockSQL("$1::bigint"), c.TaskID); err != nil {
+			return err
 		}
 		if !c.subsDone {
 			// Grants to direct tickets that lapsed are kept like failed starts.

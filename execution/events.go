@@ -29,11 +29,16 @@ func (s *Store) Checkpoint(ctx context.Context, executionID int64, message strin
 	return nil
 }
 
+// recordErrorSQL records an Error event; a failure mark ($3) also becomes the last error of the
+// submission whose attempt the execution runs (submission_running_idx), since its end will
+// settle that attempt as failed.
 var recordErrorSQL = fmt.Sprintf(`
-WITH u AS (UPDATE taskling.task_execution SET failed = failed OR $3 WHERE id = $1)
+WITH u AS (UPDATE taskling.task_execution SET failed = failed OR $3 WHERE id = $1),
+s AS (UPDATE taskling.submission SET last_error = $2, updated_at = clock_timestamp() WHERE $3 AND execution_id = $1 AND status = 2)
 INSERT INTO taskling.task_execution_event (execution_id, event_type, message) VALUES ($1, %d, $2)`, eventError)
 
-// RecordError records an Error event, and marks the execution failed if failed is true.
+// RecordError records an Error event, and marks the execution failed if failed is true (the
+// running attempt of its submission, if any, then has message as its last error).
 func (s *Store) RecordError(ctx context.Context, executionID int64, message string, failed bool) error {
 	if _, err := s.pool.Exec(ctx, recordErrorSQL, executionID, message, failed); err != nil {
 		return fmt.Errorf("execution: record error of execution %d: %w", executionID, err)

@@ -82,37 +82,44 @@ func (b *testBundle) freeze(t *testing.T) {
 	require.NoError(t, err)
 }
 
-func TestConcurrentRequestsOfOneTaskAreCoalesced(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	const goroutines, cycles = 16, 30
+// concurrently runs f(0) … f(n-1) at once and requires that none failed.
+func concurrently(t *testing.T, n int, f func(g int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, goroutines)
-	for range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range cycles {
-				res, err := b.store.Acquire(b.ctx, b.request(goroutines))
-				if err == nil && res.Denied != execution.NotDenied {
-					err = context.Canceled // a limit that admits everyone never denies
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				if _, err := b.store.Release(b.ctx, execution.ReleaseRequest{TaskID: b.taskID, TaskName: "app/task", ExecutionID: res.ExecutionID, TokenID: res.TokenID}); err != nil {
-					errs <- err
-					return
-				}
+	errs := make(chan error, n)
+	for g := range n {
+		wg.Go(func() {
+			if err := f(g); err != nil {
+				errs <- err
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+func TestConcurrentRequestsOfOneTaskAreCoalesced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const goroutines, cycles = 16, 30
+	concurrently(t, goroutines, func(int) error {
+		for range cycles {
+			res, err := b.store.Acquire(b.ctx, b.request(goroutines))
+			if err == nil && res.Denied != execution.NotDenied {
+				err = context.Canceled // a limit that admits everyone never denies
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := b.store.Release(b.ctx, execution.ReleaseRequest{TaskID: b.taskID, TaskName: "app/task", ExecutionID: res.ExecutionID, TokenID: res.TokenID}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	st := b.store.Stats()
 	require.Equal(t, int64(2*goroutines*cycles), st.Operations)
 	require.Less(t, st.Transactions, st.Operations, "queued requests share transactions")
@@ -121,6 +128,45 @@ func TestConcurrentRequestsOfOneTaskAreCoalesced(t *testing.T) {
 FROM taskling.task_execution e LEFT JOIN taskling.execution_end x ON x.execution_id = e.id`).Scan(&fences, &open))
 	require.Equal(t, goroutines*cycles, fences, "every grant has its own fencing token")
 	require.Zero(t, open)
+}
+
+// TestCombinedReleasesMarkOnlySucceededClaims: idempotent starts and releases of one task,
+// concurrent so that the combiner serves several in one transaction, between plain ones that take
+// the fast path. A claim is marked succeeded exactly when its execution's release completed it; a
+// failed release leaves it unsucceeded, whatever shares its transaction.
+func TestCombinedReleasesMarkOnlySucceededClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const goroutines, cycles = 8, 20
+	concurrently(t, goroutines, func(g int) error {
+		for i := range cycles {
+			req := b.request(-1)
+			ref := fmt.Sprintf("r-%d-%d", g, i)
+			if i%3 != 2 { // every third cycle is a plain one (the fast path, once the row is cached)
+				req.ReferenceValue, req.Idempotent = &ref, true
+			}
+			res, err := b.store.Acquire(b.ctx, req)
+			if err == nil && res.Denied != execution.NotDenied {
+				err = fmt.Errorf("%s denied: %d", ref, res.Denied)
+			}
+			if err == nil {
+				_, err = b.store.Release(b.ctx, execution.ReleaseRequest{TaskID: b.taskID, TaskName: "app/task", ExecutionID: res.ExecutionID,
+					TokenID: res.TokenID, Failed: i%2 == 0, ReferenceValue: req.ReferenceValue, Idempotent: req.Idempotent})
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	st := b.store.Stats()
+	require.Less(t, st.Transactions, st.Operations, "queued requests share transactions")
+	var claims, wrong int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `
+SELECT count(*), count(*) FILTER (WHERE c.succeeded IS DISTINCT FROM (x.outcome = 1))
+FROM taskling.reference_claim c JOIN taskling.execution_end x ON x.execution_id = c.execution_id`).Scan(&claims, &wrong))
+	require.Equal(t, goroutines*(cycles-cycles/3), claims)
+	require.Zero(t, wrong, "a claim is succeeded exactly when its execution completed")
 }
 
 func TestRequestCancelledWhileQueuedIsDropped(t *testing.T) {

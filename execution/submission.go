@@ -138,17 +138,6 @@ WHERE id = $1 AND claimed_by = $2 AND status = 1`, id, session)
 	return nil
 }
 
-// SetSubmissionError records why the running attempt under execID failed, before its end.
-func (s *Store) SetSubmissionError(ctx context.Context, id, execID int64, message string) error {
-	_, err := s.pool.Exec(ctx, `
-UPDATE taskling.submission SET last_error = $3, updated_at = clock_timestamp()
-WHERE id = $1 AND execution_id = $2 AND status = 2`, id, execID, message)
-	if err != nil {
-		return fmt.Errorf("execution: record the error of submission %d: %w", id, err)
-	}
-	return nil
-}
-
 // stuckSubmissionsSQL finds the task's in-progress submissions whose execution ended without
 // settling them (a reclaim that committed alongside their start) — ended — or whose holder is
 // judged dead on the database clock but not reclaimed yet — dead.

@@ -50,13 +50,16 @@ type BlockInfo struct {
 
 // BlockAttemptInfo is one attempt of a block.
 type BlockAttemptInfo struct {
-	Attempt     int         `json:"attempt"`
-	ExecutionID int64       `json:"execution_id"`
-	Status      BlockStatus `json:"status"`
-	Forced      bool        `json:"forced"`
-	CreatedAt   time.Time   `json:"created_at"`
-	StartedAt   *time.Time  `json:"started_at,omitempty"`
-	EndedAt     *time.Time  `json:"ended_at,omitempty"`
+	Attempt     int   `json:"attempt"`
+	ExecutionID int64 `json:"execution_id"`
+	// Status follows the block's rule: not_started, started, completed, failed, or dead (not
+	// ended, and its execution no longer runs or a later attempt took the block). At most one
+	// attempt of a block is not_started or started at a time.
+	Status    BlockStatus `json:"status"`
+	Forced    bool        `json:"forced"`
+	CreatedAt time.Time   `json:"created_at"`
+	StartedAt *time.Time  `json:"started_at,omitempty"`
+	EndedAt   *time.Time  `json:"ended_at,omitempty"`
 	// ItemsDone: what Complete was given; for a list block, its items completed or discarded
 	// when the attempt ended.
 	ItemsDone *int64 `json:"items_done,omitempty"`
@@ -156,6 +159,9 @@ func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInf
 	for i, r := range rows {
 		out[i] = BlockAttemptInfo{Attempt: r.Attempt, ExecutionID: r.ExecutionID, Status: blockStatuses[r.Status], Forced: r.Forced,
 			CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, EndedAt: r.EndedAt, ItemsDone: r.ItemsDone}
+		if r.Dead {
+			out[i].Status = BlockDead
+		}
 		if r.Message != nil {
 			out[i].Message = *r.Message
 		}
@@ -166,7 +172,8 @@ func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInf
 // ForceBlock asks that block id run again: the next execution of its task that asks for blocks
 // of its kind takes it first, whatever its status (a live one once it is no longer live), as a
 // new attempt. forcedBy names who asked (recorded). Forcing a block already queued is a no-op.
-// An unknown id is an error wrapping ErrNotFound.
+// Until it is taken, the cleanup keeps the block, whatever its age. An unknown id (or one the
+// cleanup is deleting at that moment) is an error wrapping ErrNotFound.
 func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) error {
 	if forcedBy == "" {
 		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)

@@ -214,6 +214,56 @@ func TestCleanupKeepsTheExecutionOfALiveBlockAndTheLatestBlocks(t *testing.T) {
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.block WHERE kind = 1 AND to_number = 30`))
 }
 
+// TestCleanupKeepsABlockWithAPendingForce: issue 22 item 5. A completed block an operator forced
+// whose execution is past retention stays — the block, its force, its attempt and its execution —
+// until an execution takes it; then the old execution goes as any other. Before the fix the
+// cleanup deleted the block, and its force with it (cascade), while the audit row said forced.
+func TestCleanupKeepsABlockWithAPendingForce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(withLimit(1)))
+	first, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	blocks, err := first.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 20, MaxSize: 10}, nil)
+	require.NoError(t, err)
+	for _, bl := range blocks {
+		require.NoError(t, bl.Complete(b.ctx, 10))
+	}
+	require.NoError(t, first.Complete(b.ctx))
+	b.age(t, first.ID(), 100*day)
+	forced := blocks[0].ID // blocks[1] is the latest of its kind, kept anyway
+	require.NoError(t, b.client.ForceBlock(b.ctx, forced, "ops"))
+	b.run(t, false, 0)
+
+	plan, err := b.client.Cleanup(b.ctx, b.app, b.task, &taskling.CleanupOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, taskling.CleanupCounts{}, plan[0].Counts)
+	require.Equal(t, taskling.CleanupCounts{}, b.cleanup(t, b.client))
+	info, err := b.client.Block(b.ctx, forced)
+	require.NoError(t, err)
+	require.True(t, info.ForcePending, "the force is still pending")
+	attempts, err := b.client.BlockAttempts(b.ctx, forced)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1)
+	require.Contains(t, b.executionIDs(t), first.ID())
+
+	// Taken and run again: the force is spent, and the old execution goes as any other.
+	e, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	got, err := e.NumericBlocks(b.ctx, noBlocksNew, &taskling.BlockOptions{OnlyOld: true})
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, forced, got[0].ID)
+	require.NoError(t, got[0].Complete(b.ctx, 10))
+	require.NoError(t, e.Complete(b.ctx))
+	b.run(t, false, 0)
+	require.Equal(t, taskling.CleanupCounts{Completed: 1}, b.cleanup(t, b.client))
+	require.NotContains(t, b.executionIDs(t), first.ID())
+	attempts, err = b.client.BlockAttempts(b.ctx, forced)
+	require.NoError(t, err)
+	require.Len(t, attempts, 1, "the first attempt went with its execution")
+	require.Equal(t, 2, attempts[0].Attempt)
+}
+
 // TestCleanupKeepsTheAttemptsOfAWaitingSubmission: a submission sent back to waiting after a
 // failed attempt keeps that attempt's execution.
 func TestCleanupKeepsTheAttemptsOfAWaitingSubmission(t *testing.T) {

@@ -53,6 +53,7 @@ type Execution struct {
 	frozen        bool       // tests: no heartbeat extends the lease any more
 	completing    sync.Mutex // serializes Complete calls
 	completed     bool
+	markedFailed  bool // RecordError(…, true) was called: the execution ends failed
 	completeErr   error
 	lists         []*ListBlock     // list blocks whose buffered item statuses Complete writes
 	section       *CriticalSection // held, released by Complete
@@ -234,6 +235,9 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	if e.completed {
 		return e.completeErr
 	}
+	// An execution marked failed ends failed: its idempotent reference is not marked succeeded,
+	// and its submission's attempt counts as failed (the end settles both).
+	failed = failed || e.markedFailed
 	e.releasing.Store(true)
 	defer e.releasing.Store(false)
 	flushErr := e.flushLists(ctx) // before the slot goes: the items' work was done under it
@@ -326,13 +330,28 @@ func (e *Execution) Checkpoint(ctx context.Context, message string) error {
 	return e.c.store.Checkpoint(ctx, e.id, truncate(cleanText(message)))
 }
 
-// RecordError records an Error event; markFailed also marks the execution failed (its status
-// becomes Failed when it completes).
+// RecordError records an Error event. markFailed also marks the execution failed: however it
+// then ends (Complete, or Run's function returning nil), it ends failed — its status is Failed,
+// its idempotent reference is allowed again, and a submission it runs counts the attempt as
+// failed, with message as the submission's LastError.
 func (e *Execution) RecordError(ctx context.Context, message string, markFailed bool) error {
-	if err := e.active(); err != nil {
+	if err := e.markError(markFailed); err != nil {
 		return err
 	}
 	return e.c.store.RecordError(ctx, e.id, truncate(cleanText(message)), markFailed)
+}
+
+// markError is active, and remembers a failure mark for the end under the same lock, so that a
+// Complete either sees the mark or ran first (and then RecordError answers ErrExecutionCompleted).
+// The mark counts even if the error's write fails: the caller asked for a failed end.
+func (e *Execution) markError(markFailed bool) error {
+	e.completing.Lock()
+	defer e.completing.Unlock()
+	if e.completed {
+		return fmt.Errorf("%w: execution %d", ErrExecutionCompleted, e.id)
+	}
+	e.markedFailed = e.markedFailed || markFailed
+	return nil
 }
 
 // SetProgress stores how many items are done out of total (0 = unknown), visible in the history

@@ -27,7 +27,9 @@ type StartOptions struct {
 	ReferenceValue string
 	// Idempotent allows at most one successful execution per (task, ReferenceValue): a start
 	// returns ErrDuplicateReference while one with the same value runs or after one completed;
-	// it is allowed again after a failed or dead one. Requires ReferenceValue.
+	// it is allowed again after a failed or dead one (failed: Run's function returned an error
+	// or panicked, or Execution.RecordError marked it failed before it ended). A blocked (denied)
+	// start claims nothing. Requires ReferenceValue.
 	Idempotent bool
 	// Header is any JSON-encodable value, stored with the execution (Execution.Header); at most
 	// MaxHeaderLength bytes once encoded.

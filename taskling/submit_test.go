@@ -158,6 +158,31 @@ func TestFailingSubmissionIsRetriedThenDead(t *testing.T) {
 	}
 }
 
+// TestSubmissionAttemptMarkedFailedIsRetried: a run that marks its execution failed
+// (RecordError(…, true)) and returns nil is a failed attempt like one that returns an error: its
+// execution ends failed, the submission goes back to waiting with the recorded message as its
+// LastError, and runs again. (Before issue 22 item 3 it was completed by that attempt.)
+func TestSubmissionAttemptMarkedFailedIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{MaxAttempts: 3})
+	require.NoError(t, err)
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		if e.Attempt() == 1 {
+			return e.RecordError(ctx, "row 7 is malformed", true)
+		}
+		return e.RecordError(ctx, "row 9 looked odd", false) // recorded, not a failure
+	}, nil)
+	sub := b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.Equal(t, 2, sub.Attempts)
+	require.Equal(t, "row 7 is malformed", sub.LastError, "the failed attempt's message")
+	attempts, err := b.client.SubmissionAttempts(b.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, attempts, 2)
+	require.Equal(t, taskling.StatusFailed, b.statusOf(t, attempts[0]))
+	require.Equal(t, taskling.StatusCompleted, b.statusOf(t, attempts[1]))
+}
+
 func TestSubmissionsRunInPriorityThenAgeOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withLimit(1))

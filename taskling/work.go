@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +32,10 @@ type WorkOptions struct {
 // attempt it is.
 //
 // fn returning nil completes the submission, in the same transaction that returns the slot: a
-// completed submission never runs again. fn returning an error (or panicking), or its process
-// dying at any point, sends it back to waiting for another attempt, until MaxAttempts attempts
-// were made; it is then dead.
+// completed submission never runs again. fn returning an error (or panicking), fn marking its
+// execution failed (Execution.RecordError with markFailed, even if fn then returns nil), or its
+// process dying at any point, sends it back to waiting for another attempt, until MaxAttempts
+// attempts were made; it is then dead.
 //
 // When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
 // for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
@@ -286,22 +286,9 @@ func (w *worker) run(runCtx context.Context, exec *Execution) {
 		case <-exec.ctx.Done():
 		}
 	}()
-	err := c.runStarted(runCtx, exec, func(ctx context.Context, e *Execution) (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = &PanicError{Value: v, Stack: debug.Stack()}
-			}
-			if err != nil {
-				// Recorded before the end, which settles the submission in its own transaction.
-				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-				defer cancel()
-				if serr := c.store.SetSubmissionError(ectx, e.submissionID, e.id, truncate(cleanText(err.Error()))); serr != nil {
-					c.log.Warn("taskling: could not record a submission's error", zap.Int64("submission", e.submissionID), zap.Error(serr))
-				}
-			}
-		}()
-		return w.fn(ctx, e)
-	})
+	// An error or panic of fn is recorded by runStarted (RecordError marking the execution failed,
+	// which is also the submission's last error) before the end settles the attempt.
+	err := c.runStarted(runCtx, exec, w.fn)
 	if err != nil && !errors.Is(err, ErrSubmissionCancelled) {
 		c.log.Warn("taskling: submission attempt failed", zap.String("task", w.app+"/"+w.task),
 			zap.Int64("submission", exec.submissionID), zap.Int("attempt", exec.attempt), zap.Int64("execution", exec.id), zap.Error(err))
