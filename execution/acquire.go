@@ -65,8 +65,8 @@ const reserveIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM gen
 const sessionsSQL = `
 SELECT s.id, (extract(epoch FROM s.last_heartbeat) * 1000000)::bigint
 FROM taskling.session s
-WHERE s.id IN (SELECT m[1]::bigint FROM taskling.task_definition d, regexp_matches(d.holders || '|' || d.queue, 'P:([0-9]+)', 'g') m
-               WHERE d.id = ANY($1))`
+WHERE s.id = ANY(ARRAY(SELECT m[1]::bigint FROM taskling.task_definition d, regexp_matches(d.holders || '|' || d.queue, 'P:([0-9]+)', 'g') m
+                       WHERE d.id = ANY($1)))`
 
 // claimsSQL reads the claims of the idempotent references requested.
 const claimsSQL = `
@@ -107,7 +107,7 @@ const updateTasksSQL = `
 UPDATE taskling.task_definition d SET ` + updateTasksSet + `
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[])
     AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue)
-WHERE d.id = u.id
+WHERE d.id = ANY($1) AND d.id = u.id
 RETURNING ` + taskRowSQL
 
 // casTasksSQL is updateTasksSQL for decisions taken on cached rows: each row is written only if
@@ -119,7 +119,7 @@ const casTasksHead = `
 UPDATE taskling.task_definition d SET ` + updateTasksSet + `
 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[])
     AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin)
-WHERE d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
+WHERE d.id = ANY($1) AND d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
     AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)`
 
 var (
@@ -131,9 +131,10 @@ RETURNING ` + taskRowSQL
 RETURNING ` + taskRowSQL
 )
 
-// writtenSQL holds for the task row whose id is %s once this transaction wrote it.
-const writtenSQL = `EXISTS (SELECT 1 FROM taskling.task_definition w
-    WHERE w.id = %s AND w.xmin = pg_current_xact_id_if_assigned()::xid)`
+// writtenSQL holds for the task whose id is the column %[1]s, one of the array %[2]s, once this
+// transaction wrote its row.
+const writtenSQL = `%[1]s IN (SELECT w.id FROM taskling.task_definition w
+    WHERE w.id = ANY(%[2]s) AND w.xmin = pg_current_xact_id_if_assigned()::xid)`
 
 const updateTasksSet = `
     tokens = u.tokens,
@@ -157,7 +158,7 @@ RETURNING id, started_at`
 
 // fastInsertExecutionsSQL inserts those of tasks this transaction wrote (casTasksSQL).
 var fastInsertExecutionsSQL = insertExecutionsHead + `
-WHERE ` + fmt.Sprintf(writtenSQL, "r.task") + `
+WHERE ` + fmt.Sprintf(writtenSQL, "r.task", "$3::bigint[]") + `
 ORDER BY r.fence NULLS LAST, r.id
 RETURNING id, started_at`
 
@@ -192,7 +193,7 @@ RETURNING execution_id, attempt`
 
 var (
 	linkSQL     = fmt.Sprintf(linkSubmissionsSQL, "")
-	fastLinkSQL = fmt.Sprintf(linkSubmissionsSQL, "AND "+fmt.Sprintf(writtenSQL, "r.task"))
+	fastLinkSQL = fmt.Sprintf(linkSubmissionsSQL, "AND "+fmt.Sprintf(writtenSQL, "r.task", "$4::bigint[]"))
 )
 
 // claimRefsSQL claims the idempotent references granted now (over a claim that did not
@@ -243,7 +244,7 @@ ON CONFLICT (execution_id) DO NOTHING`
 var fastEndSQL = `
 INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
 SELECT r.id, r.outcome, clock_timestamp() FROM unnest($1::bigint[], $2::smallint[], $3::bigint[]) AS r(id, outcome, task)
-WHERE ` + fmt.Sprintf(writtenSQL, "r.task") + `
+WHERE ` + fmt.Sprintf(writtenSQL, "r.task", "$3::bigint[]") + `
 ON CONFLICT (execution_id) DO NOTHING`
 
 // succeededSQL marks the claims of idempotent executions that completed successfully.
@@ -258,9 +259,9 @@ const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::
 
 // fastNotifySQL announces the slots freed in the tasks this transaction wrote (casTasksSQL) to
 // their waiters, if any.
-var fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', u.p)
+const fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', u.p)
 FROM unnest($1::bigint[], $2::text[]) AS u(id, p) JOIN taskling.task_definition d ON d.id = u.id
-WHERE d.waiters_until > clock_timestamp() AND ` + fmt.Sprintf(writtenSQL, "d.id")
+WHERE d.id = ANY($1) AND d.waiters_until > clock_timestamp() AND d.xmin = pg_current_xact_id_if_assigned()::xid`
 
 // notifyPayload is a freed slot's notification: the task id, then the tickets the slot is
 // offered to ("12:40,41"), so that only their waiters wake instead of every waiter of the task.

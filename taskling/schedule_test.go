@@ -38,6 +38,7 @@ type cronRun struct {
 	instant    time.Time
 	start, end time.Time
 	host       string
+	cut        error // why the run's context ended before its work did (nil: it ran to the end)
 }
 
 func (r *recorder) fn(host string, d time.Duration) taskling.ScheduleFunc {
@@ -47,6 +48,7 @@ func (r *recorder) fn(host string, d time.Duration) taskling.ScheduleFunc {
 			select {
 			case <-time.After(d):
 			case <-ctx.Done():
+				run.cut = context.Cause(ctx)
 			}
 		}
 		run.end = time.Now()
@@ -77,10 +79,16 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// startCronHost registers app/task on a new client and runs its scheduler.
+// startCronHost registers app/task on a new client and runs its scheduler. Its liveness is the
+// default (steady): the scheduling tests time runs of seconds, and under fast a heartbeat stalled
+// for 750 ms on a loaded machine cost a run its lease and ended it early (so
+// TestScheduleOverlapWaitWithRunLatestRunsTheLatest once ran T0+1s after T0's run ended at 0.7 s).
+// No scheduling test judges a holder dead.
 func startCronHost(t *testing.T, pool *pgxpool.Pool, name, spec string, fn taskling.ScheduleFunc, opts *taskling.ScheduleOptions) *cronHost {
 	t.Helper()
-	c := newClient(t, pool, &taskling.Config{HostName: name, Defaults: fast})
+	cfg := steady(1)
+	cfg.HostName = name
+	c := newClient(t, pool, cfg)
 	require.NoError(t, c.Schedule(context.Background(), "app", "cron", spec, fn, opts))
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &cronHost{client: c, cancel: cancel, done: make(chan error, 1)}
@@ -346,6 +354,7 @@ func TestScheduleOverlapSkipRecordsTheSkippedInstants(t *testing.T) {
 	h.stop()
 	runs := rec.snapshot()
 	t0 := runs[0].instant
+	require.NoError(t, runs[0].cut, "T0's run must hold the slot for its whole 2.5 s")
 	require.Equal(t, "T0+0s T0+3s", fmtOffsets(t0, []time.Time{runs[0].instant, runs[1].instant}),
 		"T0 runs 2.5 s; T0+1s and T0+2s overlap it; T0+3s is free")
 	ran, blocked := scheduledExecutions(t, h.client)
@@ -368,6 +377,7 @@ func TestScheduleOverlapWaitRunsAfterThePreviousRun(t *testing.T) {
 	t0 := runs[0].instant
 	require.Equal(t, "T0+0s T0+1s T0+2s T0+3s", fmtOffsets(t0, []time.Time{runs[0].instant, runs[1].instant, runs[2].instant, runs[3].instant}))
 	for i := 1; i < len(runs); i++ {
+		require.NoError(t, runs[i-1].cut, "run %d must hold the slot for its whole 1.5 s", i-1)
 		require.False(t, runs[i].start.Before(runs[i-1].end), "run %d started before run %d ended", i, i-1)
 		// It waited for the slot, and started soon after it freed.
 		require.Less(t, runs[i].start.Sub(runs[i-1].end), time.Second, "run %d started late after the slot freed", i)

@@ -38,7 +38,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -73,6 +72,11 @@ type profile struct {
 	killWeight   int
 	isolateKills bool
 }
+
+// With isolateKills, the run goes on killing after its duration until minIsolatedKills kills have
+// a measured reclaim latency, or maxKills kills were made in all: a loaded machine leaves fewer
+// kills isolated in the same time (26 in one run that was otherwise clean).
+const minIsolatedKills, maxKills = 30, 60
 
 func chosenProfile() profile {
 	p := profile{name: "short", procs: 4, g: 6, duration: 40 * time.Second, interval: 200 * time.Millisecond,
@@ -179,6 +183,9 @@ func TestChaos(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second) // let the workers get going
 	r.nemesis(time.Now().Add(prof.duration))
+	if prof.isolateKills {
+		r.topUpKills(ctx)
+	}
 	close(stop)
 	wg.Wait()
 
@@ -674,17 +681,14 @@ func (r *run) limitsOf(task string) []checker.LimitChange {
 	return cs
 }
 
-// printTable prints the run's figures.
-func (r *run) printTable(h checker.History, rep checker.Report, took time.Duration) {
-	ctx := context.Background()
-	var denials int
-	_ = r.pool.QueryRow(ctx, `SELECT count(*) FROM taskling.task_execution WHERE blocked`).Scan(&denials)
-
-	// Reclaim latency after kill -9: from the SIGKILL to the reclaim of the killed process's
-	// singleton slot by a waiter.
+// killLatencies are the reclaim latencies after kill -9, sorted: from the SIGKILL to the reclaim
+// of the killed process's singleton slot by a waiter, for holders alive at the kill (not already
+// cut off by an earlier fault), and with isolateKills only for isolated kills.
+func (r *run) killLatencies(grants []checker.Grant) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var lat []time.Duration
-	for _, g := range h.Grants {
-		// Only holders alive at the kill: not already cut off by an earlier fault.
+	for _, g := range grants {
 		sent, ok := r.killSignal[g.Host]
 		if r.prof.isolateKills && !r.isolated[g.Host] {
 			continue
@@ -693,7 +697,35 @@ func (r *run) printTable(h checker.History, rep checker.Report, took time.Durati
 			lat = append(lat, g.ReclaimedAt.Sub(sent))
 		}
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	slices.Sort(lat)
+	return lat
+}
+
+// topUpKills kills on, one isolated kill at a time, until minIsolatedKills kills have a measured
+// latency or maxKills kills were made.
+func (r *run) topUpKills(ctx context.Context) {
+	for try := 0; try < 2*maxKills; try++ {
+		r.mu.Lock()
+		kills := r.counts[fKill]
+		r.mu.Unlock()
+		n := len(r.killLatencies(readGrants(r.t, ctx, r.pool, app)))
+		if n >= minIsolatedKills || kills >= maxKills {
+			r.logf("isolated kills measured: %d after %d kills", n, kills)
+			return
+		}
+		if !r.kill() {
+			time.Sleep(r.prof.faultGap)
+		}
+	}
+}
+
+// printTable prints the run's figures.
+func (r *run) printTable(h checker.History, rep checker.Report, took time.Duration) {
+	ctx := context.Background()
+	var denials int
+	_ = r.pool.QueryRow(ctx, `SELECT count(*) FROM taskling.task_execution WHERE blocked`).Scan(&denials)
+
+	lat := r.killLatencies(h.Grants)
 	// Holders reclaimed after a long SIGSTOP or a partition: gap between their last work and the
 	// reclaim (the safety margin seen), and how long after the reclaim they observed the loss.
 	minGap := time.Duration(-1)
@@ -740,8 +772,14 @@ func (r *run) printTable(h checker.History, rep checker.Report, took time.Durati
 		fmt.Fprintf(&b, "  %-34s p50 %s, p99 %s, max %s (n=%d; goal ≤ %s: %v)\n", "reclaim latency after kill -9",
 			lat[len(lat)/2].Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), goal, p99 <= goal)
 	}
-	if r.prof.isolateKills && (len(lat) < 30 || lat[len(lat)*99/100] > r.prof.threshold+250*time.Millisecond) {
-		r.t.Errorf("reclaim latency after isolated kills: want n ≥ 30 and p99 ≤ threshold + 250 ms; got n=%d, latencies %v", len(lat), lat)
+	if r.prof.isolateKills {
+		switch {
+		case len(lat) < minIsolatedKills:
+			r.t.Errorf("reclaim latency after isolated kills: only n=%d measured after %d kills (want n ≥ %d); latencies %v",
+				len(lat), r.counts[fKill], minIsolatedKills, lat)
+		case lat[len(lat)*99/100] > r.prof.threshold+250*time.Millisecond:
+			r.t.Errorf("reclaim latency after isolated kills: want p99 ≤ threshold + 250 ms; got n=%d, latencies %v", len(lat), lat)
+		}
 	}
 	if minGap >= 0 {
 		fmt.Fprintf(&b, "  %-34s %s\n", "min gap: last work → reclaim", minGap.Round(time.Millisecond))
