@@ -171,14 +171,15 @@ func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInf
 
 // ForceBlock asks that block id run again: the next execution of its task that asks for blocks
 // of its kind takes it first, whatever its status (a live one once it is no longer live), as a
-// new attempt. forcedBy names who asked (recorded). Forcing a block already queued is a no-op.
-// Until it is taken, the cleanup keeps the block, whatever its age. An unknown id (or one the
-// cleanup is deleting at that moment) is an error wrapping ErrNotFound.
+// new attempt. forcedBy names who asked (recorded; required, and checked by ValidateOperator).
+// Forcing a block already queued is a no-op. Until it is taken, the cleanup keeps the block,
+// whatever its age. An unknown id (or one the cleanup is deleting at that moment) is an error
+// wrapping ErrNotFound.
 func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) error {
 	if forcedBy == "" {
 		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)
 	}
-	if err := validateText("ForceBlock: forcedBy", forcedBy, 200); err != nil {
+	if err := ValidateOperator("ForceBlock: forcedBy", forcedBy); err != nil {
 		return err
 	}
 	_, err := c.store.ForceBlock(ctx, id, forcedBy)

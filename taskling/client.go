@@ -144,6 +144,9 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if err := validateName("Config.HostName", host); err != nil {
 		return nil, err
 	}
+	if err := ValidateOperator("Config.HostName", host); err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -211,10 +214,59 @@ func (c *Client) HostName() string { return c.host }
 // MaxNameLength is the longest application or task name, in bytes.
 const MaxNameLength = 200
 
-// ValidateName checks an application or task name as every function of this package does:
-// non-empty, at most MaxNameLength bytes, valid UTF-8, no control characters. The error wraps
-// ErrInvalidArgument and names field. Tools use it to reject a bad name before querying.
+// ValidateName checks an application or task name as this package's reads do: non-empty, at most
+// MaxNameLength bytes, valid UTF-8, no control characters. The error wraps ErrInvalidArgument and
+// names field. Tools use it to reject a bad name before querying. A name it accepts may still be
+// refused for a new task (see ValidateNewName): a task made before that keeps its name.
 func ValidateName(field, s string) error { return validateName(field, s) }
+
+// ValidateNewName checks the application or task name of a task that does not exist yet, as every
+// function that creates one does: ValidateName's rules, no '/' (it separates application and
+// task in APP/TASK, so "a/b" + "c" and "a" + "b/c" would print alike) and no invisible character
+// (see Invisible). A function given a name it refuses still serves a task that already has that
+// name. The error wraps ErrInvalidArgument and names field.
+func ValidateNewName(field, s string) error {
+	if err := validateName(field, s); err != nil {
+		return err
+	}
+	if strings.Contains(s, "/") {
+		return fmt.Errorf("%w: %s %q contains '/', which separates application and task in APP/TASK", ErrInvalidArgument, field, s)
+	}
+	return refuseInvisible(field, s)
+}
+
+// ValidateOperator checks a name recorded as who made an operator change (SettingsUpdate.By, the
+// by of ClearOverridesBy, CancelSubmissionBy and the retire calls, ForceBlock's forcedBy) or a
+// host name: at most MaxNameLength bytes, valid UTF-8, no control and no invisible character (see
+// Invisible). "" passes: it means the client's host name where a default exists. The error wraps
+// ErrInvalidArgument and names field.
+func ValidateOperator(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	if err := validateName(field, s); err != nil {
+		return err
+	}
+	return refuseInvisible(field, s)
+}
+
+// Invisible reports whether r is refused in new names and operator names because it is not seen
+// where it is printed, yet changes what is: Unicode's format characters (category Cf: the
+// bidirectional embeddings, overrides, isolates and marks U+202A–U+202E, U+2066–U+2069,
+// U+200E, U+200F, U+061C; the zero-width space, joiners and word joiner; the byte order mark;
+// the soft hyphen; tag characters) and the line and paragraph separators U+2028 and U+2029.
+// (Emoji joined by U+200D are refused with them.)
+func Invisible(r rune) bool {
+	return unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
+}
+
+func refuseInvisible(field, s string) error {
+	if i := strings.IndexFunc(s, Invisible); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Errorf("%w: %s contains the invisible character %U at byte %d", ErrInvalidArgument, field, r, i)
+	}
+	return nil
+}
 
 // validateName checks an application, task or host name: non-empty, at most 200 bytes, valid
 // UTF-8, no control characters.
@@ -233,6 +285,13 @@ func validateName(field, s string) error {
 		}
 	}
 	return nil
+}
+
+func validateNewTask(app, task string) error {
+	if err := ValidateNewName("application name", app); err != nil {
+		return err
+	}
+	return ValidateNewName("task name", task)
 }
 
 func validateTask(app, task string) error {
@@ -255,11 +314,22 @@ func validateOwnTask(app, task string) error {
 }
 
 // taskID returns the task row's id, creating the row on first use; ids are cached (they never
-// change).
+// change). A new task's names must pass ValidateNewName; a task whose row exists keeps its names,
+// and so does its critical section.
 func (c *Client) taskID(ctx context.Context, app, task string) (int64, error) {
 	key := app + "\x00" + task
 	if v, ok := c.taskIDs.Load(key); ok {
 		return v.(int64), nil
+	}
+	own := strings.TrimSuffix(task, SectionSuffix)
+	if err := validateNewTask(app, own); err != nil {
+		_, exists, ferr := c.store.FindTask(ctx, app, own)
+		if ferr != nil {
+			return 0, ferr
+		}
+		if !exists {
+			return 0, err
+		}
 	}
 	id, err := c.store.EnsureTask(ctx, app, task)
 	if err != nil {
@@ -348,12 +418,12 @@ func (c *Client) ClearOverridesBy(ctx context.Context, app, task, by string) err
 }
 
 // operator is who makes an operator change: by, or this client's host name when by is "". It
-// must be a valid name (at most 200 bytes of UTF-8, no control characters); field names it.
+// must pass ValidateOperator; field names it.
 func (c *Client) operator(field, by string) (string, error) {
 	if by == "" {
 		return c.host, nil
 	}
-	return by, validateName(field, by)
+	return by, ValidateOperator(field, by)
 }
 
 func (c *Client) isClosed() bool {

@@ -25,40 +25,45 @@ func newBlocksCommand(e *env) *cobra.Command {
 --at-retry-limit keeps the blocks at their retry limit: not completed, not running, with more
 attempts than the retry limit of the execution that took them last — no execution with the same
 options takes them again (force one with 'taskling blocks force ID').`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if execution != 0 {
-				if len(args) != 0 {
-					return usageErrorf("give either APP/TASK or --execution, not both")
-				}
-				return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-					if _, err := c.Execution(ctx, execution); err != nil {
-						return err
-					}
-					blocks, err := c.ExecutionBlocks(ctx, execution)
-					if err != nil {
-						return err
-					}
-					return e.printBlocks(blocks)
-				})
-			}
-			if len(args) != 1 {
-				return usageErrorf("want one argument, APP/TASK, or --execution ID")
-			}
-			app, task, err := parseTaskArg(args[0])
-			if err != nil {
-				return err
-			}
-			if limit < 1 || limit > 1000 {
-				return usageErrorf("--limit is %d; want 1 to 1000", limit)
+	}
+	target := addTaskTarget(list, false)
+	list.Args = nil // APP/TASK, --app and --task, or --execution: checked below
+	list.RunE = func(cmd *cobra.Command, args []string) error {
+		if execution != 0 {
+			if len(args) != 0 || target.flagged() {
+				return usageErrorf("give either APP/TASK or --execution, not both")
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				blocks, err := c.TaskBlocks(ctx, app, task, &taskling.TaskBlocksFilter{AtRetryLimit: atRetryLimit, Limit: limit})
+				if _, err := c.Execution(ctx, execution); err != nil {
+					return err
+				}
+				blocks, err := c.ExecutionBlocks(ctx, execution)
 				if err != nil {
 					return err
 				}
 				return e.printBlocks(blocks)
 			})
-		},
+		}
+		if len(args) != 1 && !target.flagged() {
+			return usageErrorf("want one argument, APP/TASK, or --execution ID")
+		}
+		if err := target.checkArgs(cmd, args); err != nil {
+			return err
+		}
+		app, task, err := target.resolve(args)
+		if err != nil {
+			return err
+		}
+		if limit < 1 || limit > 1000 {
+			return usageErrorf("--limit is %d; want 1 to 1000", limit)
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			blocks, err := c.TaskBlocks(ctx, app, task, &taskling.TaskBlocksFilter{AtRetryLimit: atRetryLimit, Limit: limit})
+			if err != nil {
+				return err
+			}
+			return e.printBlocks(blocks)
+		})
 	}
 	list.Flags().Int64Var(&execution, "execution", 0, "the blocks this execution attempted")
 	list.Flags().BoolVar(&atRetryLimit, "at-retry-limit", false, "only blocks at their retry limit")

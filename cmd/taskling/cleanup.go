@@ -32,33 +32,30 @@ only its header. Cron instants of deleted executions are remembered (Backfill sk
 
 --dry-run prints what would be deleted and deletes nothing. Progress goes to stderr.
 The default --timeout of this command is 1h.`,
-		Args: maxArgs(1, "at most one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			var app, task string
-			if len(args) == 1 {
-				var err error
-				if app, task, err = parseTaskArg(args[0]); err != nil {
-					return err
+	}
+	target := addTaskTarget(cmd, true)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := target.resolve(args)
+		if err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("timeout") && !cmd.Root().PersistentFlags().Changed("timeout") {
+			e.timeout = cleanupTimeout
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			last := time.Time{}
+			opts := &taskling.CleanupOptions{DryRun: dryRun, Progress: func(app, task string, soFar taskling.CleanupCounts) {
+				if time.Since(last) >= time.Second {
+					last = time.Now()
+					fmt.Fprintf(e.stderr, "cleanup: %s/%s: %d rows deleted so far\n", app, task, soFar.Rows())
 				}
+			}}
+			res, err := c.Cleanup(ctx, app, task, opts)
+			if perr := e.printCleanup(res, dryRun); err == nil {
+				err = perr
 			}
-			if !cmd.Flags().Changed("timeout") && !cmd.Root().PersistentFlags().Changed("timeout") {
-				e.timeout = cleanupTimeout
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				last := time.Time{}
-				opts := &taskling.CleanupOptions{DryRun: dryRun, Progress: func(app, task string, soFar taskling.CleanupCounts) {
-					if time.Since(last) >= time.Second {
-						last = time.Now()
-						fmt.Fprintf(e.stderr, "cleanup: %s/%s: %d rows deleted so far\n", app, task, soFar.Rows())
-					}
-				}}
-				res, err := c.Cleanup(ctx, app, task, opts)
-				if perr := e.printCleanup(res, dryRun); err == nil {
-					err = perr
-				}
-				return err
-			})
-		},
+			return err
+		})
 	}
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be deleted; delete nothing")
 	return cmd

@@ -17,31 +17,31 @@ func newExecutionsCommand(e *env) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list APP/TASK [--last N] [--status S]",
 		Short: "A task's executions, newest first (granted and denied)",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
+	}
+	listTarget := addTaskTarget(list, false)
+	list.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := listTarget.resolve(args)
+		if err != nil {
+			return err
+		}
+		if last < 1 || last > httpapi.MaxPageSize {
+			return usageErrorf("--last is %d; want 1 to %d", last, httpapi.MaxPageSize)
+		}
+		if status != "" {
+			if _, err := taskling.ParseStatus(status); err != nil {
+				return usageErrorf("--status is %q; want in_progress, completed, failed, blocked or dead", status)
+			}
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			page, err := httpapi.LoadExecutions(ctx, c, httpapi.ExecutionsQuery{App: app, Task: task, Status: status, Limit: last})
 			if err != nil {
 				return err
 			}
-			if last < 1 || last > httpapi.MaxPageSize {
-				return usageErrorf("--last is %d; want 1 to %d", last, httpapi.MaxPageSize)
+			if e.output == "json" {
+				return printJSON(e.stdout, page)
 			}
-			if status != "" {
-				if _, err := taskling.ParseStatus(status); err != nil {
-					return usageErrorf("--status is %q; want in_progress, completed, failed, blocked or dead", status)
-				}
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				page, err := httpapi.LoadExecutions(ctx, c, httpapi.ExecutionsQuery{App: app, Task: task, Status: status, Limit: last})
-				if err != nil {
-					return err
-				}
-				if e.output == "json" {
-					return printJSON(e.stdout, page)
-				}
-				return printExecutions(e, page.Executions)
-			})
-		},
+			return printExecutions(e, page.Executions)
+		})
 	}
 	list.Flags().IntVar(&last, "last", 20, "how many executions")
 	list.Flags().StringVar(&status, "status", "", "only this status: in_progress, completed, failed, blocked, dead")

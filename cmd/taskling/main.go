@@ -46,7 +46,11 @@ func main() {
 }
 
 // run executes one command line and returns its exit code. getenv is os.Getenv outside tests.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+func run(ctx context.Context, args []string, rawStdout, rawStderr io.Writer, getenv func(string) string) int {
+	// Stored text (names, messages) reaches the terminal escaped, whatever prints it.
+	stdout, stderr := &terminalWriter{w: rawStdout}, &terminalWriter{w: rawStderr}
+	defer stderr.flush()
+	defer stdout.flush()
 	cmd := newRootCommand(&env{stdout: stdout, stderr: stderr, getenv: getenv})
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/taskling"
@@ -65,7 +69,73 @@ func terminalSafe(s string) string {
 	return b.String()
 }
 
-func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }
+// unprintable: control characters and those taskling refuses in new names as invisible (bidi
+// controls, zero-width characters, line and paragraph separators).
+func unprintable(r rune) bool { return unicode.IsControl(r) || taskling.Invisible(r) }
+
+// terminalWriter is the last line of defence behind terminalSafe: everything a command prints
+// (tables, the fields of a show, the JSON output, errors naming a task) goes through it, and the
+// characters a terminal would act on or not show — control characters other than newline and
+// tab, invisible ones — are written as \uXXXX. Inside a JSON string that is the same string.
+// Safe for concurrent use (serve's goroutines may log).
+type terminalWriter struct {
+	w    io.Writer
+	mu   sync.Mutex
+	tail []byte // an incomplete UTF-8 sequence that ended the last write
+}
+
+func (t *terminalWriter) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	buf := append(t.tail, p...)
+	t.tail = nil
+	// Hold back a rune split across writes.
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				t.tail, buf = append([]byte(nil), buf[i:]...), buf[:i]
+			}
+			break
+		}
+	}
+	if _, err := t.w.Write(escapeForTerminal(buf)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// flush writes a rune left incomplete (invalid: escaped as U+FFFD).
+func (t *terminalWriter) flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.tail) > 0 {
+		_, _ = t.w.Write(escapeForTerminal(t.tail))
+		t.tail = nil
+	}
+}
+
+func escapeForTerminal(b []byte) []byte {
+	if !bytes.ContainsFunc(b, func(r rune) bool { return r == utf8.RuneError || (r != '\n' && r != '\t' && unprintable(r)) }) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && n == 1: // not UTF-8
+			out = append(out, `\ufffd`...)
+		case r == '\n' || r == '\t' || !unprintable(r):
+			out = append(out, b[:n]...)
+		case r > 0xffff: // a surrogate pair, as JSON spells it
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		default:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		b = b[n:]
+	}
+	return out
+}
 
 func clock(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05Z") }
 

@@ -42,8 +42,8 @@ executions complete as usual; its history stays readable and is deleted by its k
 the latest execution included. 'tasks unretire' brings it back.
 With --schedule-only, only its schedule is retired: no host claims its instants, while the task
 can still be started.`,
-		Args: exactArgs(1, "one argument, APP/TASK"),
 	}
+	target := addTaskTarget(cmd, false)
 	change := func(c *taskling.Client) func(context.Context, string, string, string) error {
 		if scheduleOnly {
 			return c.RetireSchedule
@@ -65,7 +65,7 @@ With --schedule-only, only its schedule's retirement ends.`
 		}
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		app, task, err := parseTaskArg(args[0])
+		app, task, err := target.resolve(args)
 		if err != nil {
 			return err
 		}
@@ -84,12 +84,9 @@ With --schedule-only, only its schedule's retirement ends.`
 	return cmd
 }
 
-// checkBy refuses a --by that is not a name.
+// checkBy refuses a --by that the library would refuse (taskling.ValidateOperator).
 func checkBy(by string) error {
-	if by == "" {
-		return nil
-	}
-	if err := taskling.ValidateName("--by", by); err != nil {
+	if err := taskling.ValidateOperator("--by", by); err != nil {
 		return usageErrorf("%w", err)
 	}
 	return nil
@@ -101,35 +98,35 @@ func newTasksChangesCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "changes APP/TASK [--limit N] [--before ID]",
 		Short: "The task's operator changes, newest first: when, who, which field, old → new",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
+	}
+	target := addTaskTarget(cmd, false)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := target.resolve(args)
+		if err != nil {
+			return err
+		}
+		if limit < 1 || limit > taskling.MaxChangesPage {
+			return usageErrorf("--limit is %d; want 1 to %d", limit, taskling.MaxChangesPage)
+		}
+		if before < 0 {
+			return usageErrorf("--before is %d; want a change id", before)
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			page, err := httpapi.LoadChanges(ctx, c, httpapi.ChangesQuery{App: app, Task: task, Before: before, Limit: limit})
 			if err != nil {
 				return err
 			}
-			if limit < 1 || limit > taskling.MaxChangesPage {
-				return usageErrorf("--limit is %d; want 1 to %d", limit, taskling.MaxChangesPage)
+			if e.output == "json" {
+				return printJSON(e.stdout, page)
 			}
-			if before < 0 {
-				return usageErrorf("--before is %d; want a change id", before)
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				page, err := httpapi.LoadChanges(ctx, c, httpapi.ChangesQuery{App: app, Task: task, Before: before, Limit: limit})
-				if err != nil {
-					return err
-				}
-				if e.output == "json" {
-					return printJSON(e.stdout, page)
-				}
-				if err := printChanges(e.stdout, page.Changes); err != nil {
-					return err
-				}
-				if page.NextBefore != nil {
-					_, err = fmt.Fprintf(e.stdout, "\nolder changes: --before %d\n", *page.NextBefore)
-				}
+			if err := printChanges(e.stdout, page.Changes); err != nil {
 				return err
-			})
-		},
+			}
+			if page.NextBefore != nil {
+				_, err = fmt.Fprintf(e.stdout, "\nolder changes: --before %d\n", *page.NextBefore)
+			}
+			return err
+		})
 	}
 	cmd.Flags().IntVar(&limit, "limit", taskling.DefaultChangesPage, fmt.Sprintf("changes per page, 1 to %d", taskling.MaxChangesPage))
 	cmd.Flags().Int64Var(&before, "before", 0, "the changes older than this change id (the previous page's last line says it)")

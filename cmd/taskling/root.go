@@ -111,8 +111,8 @@ func maxArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
-// parseTaskArg splits "APP/TASK" at its last slash (a task name has no slash; an application
-// name may).
+// parseTaskArg splits "APP/TASK" at its last slash. New names hold no slash; a task made before
+// they were refused, whose name holds one, is named by --app and --task (taskTarget).
 func parseTaskArg(s string) (app, task string, err error) {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
@@ -126,6 +126,61 @@ func parseTaskArg(s string) (app, task string, err error) {
 		return "", "", usageErrorf("task %q: %w", s, err)
 	}
 	return app, task, nil
+}
+
+// taskTarget is the task a command acts on: its APP/TASK argument, or --app and --task. The flags
+// reach a task whose application or task name holds a slash (made before slashes were refused),
+// which APP/TASK, split at its last slash, cannot name.
+type taskTarget struct {
+	cmd      *cobra.Command
+	app      string
+	task     string
+	optional bool // the task may be left out (cleanup: every task)
+}
+
+// addTaskTarget gives cmd its APP/TASK argument and the --app and --task flags.
+func addTaskTarget(cmd *cobra.Command, optional bool) *taskTarget {
+	t := &taskTarget{cmd: cmd, optional: optional}
+	cmd.Flags().StringVar(&t.app, "app", "", "the task's application, with --task: instead of APP/TASK, for a name holding a slash")
+	cmd.Flags().StringVar(&t.task, "task", "", "the task's name, with --app: instead of APP/TASK")
+	cmd.Args = t.checkArgs
+	return t
+}
+
+func (t *taskTarget) flagged() bool {
+	return t.cmd.Flags().Changed("app") || t.cmd.Flags().Changed("task")
+}
+
+func (t *taskTarget) checkArgs(cmd *cobra.Command, args []string) error {
+	switch {
+	case t.flagged() && len(args) > 0:
+		return usageErrorf("%s: give APP/TASK or --app and --task, not both", cmd.CommandPath())
+	case t.flagged(), len(args) == 1, t.optional && len(args) == 0:
+		return nil
+	case t.optional:
+		return usageErrorf("%s takes at most one argument, APP/TASK (or --app and --task); got %d arguments", cmd.CommandPath(), len(args))
+	}
+	return usageErrorf("%s takes one argument, APP/TASK (or --app and --task); got %d arguments", cmd.CommandPath(), len(args))
+}
+
+// resolve returns the task named by args or the flags ("", "" when an optional one is not).
+func (t *taskTarget) resolve(args []string) (app, task string, err error) {
+	if !t.flagged() {
+		if len(args) == 0 {
+			return "", "", nil
+		}
+		return parseTaskArg(args[0])
+	}
+	if !t.cmd.Flags().Changed("app") || !t.cmd.Flags().Changed("task") {
+		return "", "", usageErrorf("--app and --task go together")
+	}
+	if err := taskling.ValidateName("--app", t.app); err != nil {
+		return "", "", usageErrorf("%w", err)
+	}
+	if err := taskling.ValidateName("--task", t.task); err != nil {
+		return "", "", usageErrorf("%w", err)
+	}
+	return t.app, t.task, nil
 }
 
 // connect opens a pool on the database URL and checks that the server answers.

@@ -37,49 +37,49 @@ task. The task is created if it does not exist yet.
 submission's id and queues nothing. An attempt that fails, or whose host dies, is retried until
 --max-attempts attempts were made (default 3, at most 1000); the submission is then dead.
 Follow it with 'taskling submissions show ID'.`,
-		Args: exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
+	}
+	target := addTaskTarget(cmd, false)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := target.resolve(args)
+		if err != nil {
+			return err
+		}
+		var req httpapi.SubmitRequest
+		flags := cmd.Flags()
+		if flags.Changed("header") {
+			if !json.Valid([]byte(header)) {
+				return usageErrorf("--header is not JSON: %s", strconv.Quote(header))
+			}
+			req.Header = json.RawMessage(header)
+		}
+		if flags.Changed("reference") {
+			req.ReferenceValue = &reference
+		}
+		if flags.Changed("priority") {
+			req.Priority = &priority
+		}
+		if flags.Changed("max-attempts") {
+			req.MaxAttempts = &maxAttempts
+		}
+		opts, err := req.Options()
+		if err != nil {
+			var fe *httpapi.FieldError
+			if errors.As(err, &fe) {
+				return usageErrorf("%s %s", submitFlags[fe.Field], fe.Message)
+			}
+			return usageErrorf("%w", err)
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			id, err := c.Submit(ctx, app, task, opts)
 			if err != nil {
 				return err
 			}
-			var req httpapi.SubmitRequest
-			flags := cmd.Flags()
-			if flags.Changed("header") {
-				if !json.Valid([]byte(header)) {
-					return usageErrorf("--header is not JSON: %s", strconv.Quote(header))
-				}
-				req.Header = json.RawMessage(header)
+			if e.output == "json" {
+				return printJSON(e.stdout, httpapi.SubmitResponse{ID: id})
 			}
-			if flags.Changed("reference") {
-				req.ReferenceValue = &reference
-			}
-			if flags.Changed("priority") {
-				req.Priority = &priority
-			}
-			if flags.Changed("max-attempts") {
-				req.MaxAttempts = &maxAttempts
-			}
-			opts, err := req.Options()
-			if err != nil {
-				var fe *httpapi.FieldError
-				if errors.As(err, &fe) {
-					return usageErrorf("%s %s", submitFlags[fe.Field], fe.Message)
-				}
-				return usageErrorf("%w", err)
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				id, err := c.Submit(ctx, app, task, opts)
-				if err != nil {
-					return err
-				}
-				if e.output == "json" {
-					return printJSON(e.stdout, httpapi.SubmitResponse{ID: id})
-				}
-				_, err = fmt.Fprintln(e.stdout, id)
-				return err
-			})
-		},
+			_, err = fmt.Fprintln(e.stdout, id)
+			return err
+		})
 	}
 	cmd.Flags().StringVar(&header, "header", "", `JSON handed to every attempt (Execution.Header), e.g. '{"day": "2026-11-21"}'`)
 	cmd.Flags().StringVar(&reference, "reference", "", "reference value: a second submit with the same one queues nothing")
@@ -97,31 +97,31 @@ func newSubmissionsCommand(e *env) *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list APP/TASK [--status S] [--limit N]",
 		Short: "A task's submissions: newest first, or the waiting ones in queue order",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
+	}
+	listTarget := addTaskTarget(list, false)
+	list.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := listTarget.resolve(args)
+		if err != nil {
+			return err
+		}
+		if limit < 1 || limit > httpapi.MaxSubmissionsPage {
+			return usageErrorf("--limit is %d; want 1 to %d", limit, httpapi.MaxSubmissionsPage)
+		}
+		if status != "" {
+			if _, err := taskling.ParseSubmissionStatus(status); err != nil {
+				return usageErrorf("--status is %q; want waiting, in_progress, completed, dead or cancelled", status)
+			}
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			page, err := httpapi.LoadSubmissions(ctx, c, httpapi.SubmissionsQuery{App: app, Task: task, Status: status, Limit: limit})
 			if err != nil {
 				return err
 			}
-			if limit < 1 || limit > httpapi.MaxSubmissionsPage {
-				return usageErrorf("--limit is %d; want 1 to %d", limit, httpapi.MaxSubmissionsPage)
+			if e.output == "json" {
+				return printJSON(e.stdout, page)
 			}
-			if status != "" {
-				if _, err := taskling.ParseSubmissionStatus(status); err != nil {
-					return usageErrorf("--status is %q; want waiting, in_progress, completed, dead or cancelled", status)
-				}
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				page, err := httpapi.LoadSubmissions(ctx, c, httpapi.SubmissionsQuery{App: app, Task: task, Status: status, Limit: limit})
-				if err != nil {
-					return err
-				}
-				if e.output == "json" {
-					return printJSON(e.stdout, page)
-				}
-				return printSubmissions(e, page.Submissions)
-			})
-		},
+			return printSubmissions(e, page.Submissions)
+		})
 	}
 	list.Flags().StringVar(&status, "status", "", "only this status: waiting, in_progress, completed, dead, cancelled")
 	list.Flags().IntVar(&limit, "limit", 20, "how many submissions")

@@ -20,41 +20,42 @@ func newTasksCommand(e *env) *cobra.Command {
 	clear := &cobra.Command{
 		Use:   "clear APP/TASK [--by NAME]",
 		Short: "Remove every operator override: the task returns to its declared settings",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
-			if err != nil {
+	}
+	clearTarget := addTaskTarget(clear, false)
+	clear.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := clearTarget.resolve(args)
+		if err != nil {
+			return err
+		}
+		if err := checkBy(clearBy); err != nil {
+			return err
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
 				return err
 			}
-			if err := checkBy(clearBy); err != nil {
+			if err := c.ClearOverridesBy(ctx, app, task, e.operator(clearBy)); err != nil {
 				return err
 			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
-					return err
-				}
-				if err := c.ClearOverridesBy(ctx, app, task, e.operator(clearBy)); err != nil {
-					return err
-				}
-				return e.showTask(ctx, c, app, task)
-			})
-		},
+			return e.showTask(ctx, c, app, task)
+		})
 	}
 	clear.Flags().StringVar(&clearBy, "by", "", byUsage)
-	cmd.AddCommand(newTasksListCommand(e), &cobra.Command{
+	show := &cobra.Command{
 		Use:   "show APP/TASK",
 		Short: "One task, each slot (holder execution, host, heartbeat age, alive/dead, fence) and its last changes",
-		Args:  exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
-			if err != nil {
-				return err
-			}
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				return e.showTask(ctx, c, app, task)
-			})
-		},
-	}, newTasksSetCommand(e), clear, newTasksRetireCommand(e, true), newTasksRetireCommand(e, false), newTasksChangesCommand(e))
+	}
+	showTarget := addTaskTarget(show, false)
+	show.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := showTarget.resolve(args)
+		if err != nil {
+			return err
+		}
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			return e.showTask(ctx, c, app, task)
+		})
+	}
+	cmd.AddCommand(newTasksListCommand(e), show, newTasksSetCommand(e), clear, newTasksRetireCommand(e, true), newTasksRetireCommand(e, false), newTasksChangesCommand(e))
 	return cmd
 }
 
@@ -125,58 +126,58 @@ until 'taskling tasks clear'; the next start on every host obeys them. Lowering 
 never evicts a running holder: no new slot is granted until fewer than N hold one.
 The task's row is created if no execution of it ever started, so a limit can be set before
 the first run. Each override changed is recorded in the task's changes ('tasks show').`,
-		Args: exactArgs(1, "one argument, APP/TASK"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			app, task, err := parseTaskArg(args[0])
+	}
+	target := addTaskTarget(cmd, false)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		app, task, err := target.resolve(args)
+		if err != nil {
+			return err
+		}
+		var u taskling.SettingsUpdate
+		flags := cmd.Flags()
+		if flags.Changed("limit") {
+			if limit != -1 && (limit < 1 || limit > taskling.MaxConcurrencyLimit) {
+				return usageErrorf("--limit is %d; want -1 (unlimited) or 1 to %d", limit, taskling.MaxConcurrencyLimit)
+			}
+			u.ConcurrencyLimit = &limit
+		}
+		if disable && enable {
+			return usageErrorf("--disable and --enable exclude each other")
+		}
+		if disable || enable {
+			on := enable
+			u.Enabled = &on
+		}
+		if flags.Changed("keep-alive-threshold") {
+			if threshold < taskling.MinThreshold {
+				return usageErrorf("--keep-alive-threshold is %s; want at least %s", threshold, taskling.MinThreshold)
+			}
+			u.KeepAliveDeathThreshold = &threshold
+		}
+		for i, dst := range []**time.Duration{&u.KeepCompleted, &u.KeepFailed, &u.KeepBlocked} {
+			name := [...]string{"keep-completed", "keep-failed", "keep-blocked"}[i]
+			if !flags.Changed(name) {
+				continue
+			}
+			d, err := taskling.ParseKeep(keeps[i])
 			if err != nil {
+				return usageErrorf("--%s: %v", name, err)
+			}
+			*dst = &d
+		}
+		if u == (taskling.SettingsUpdate{}) {
+			return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
+		}
+		if err := checkBy(by); err != nil {
+			return err
+		}
+		u.By = e.operator(by)
+		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
+			if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
 				return err
 			}
-			var u taskling.SettingsUpdate
-			flags := cmd.Flags()
-			if flags.Changed("limit") {
-				if limit != -1 && (limit < 1 || limit > taskling.MaxConcurrencyLimit) {
-					return usageErrorf("--limit is %d; want -1 (unlimited) or 1 to %d", limit, taskling.MaxConcurrencyLimit)
-				}
-				u.ConcurrencyLimit = &limit
-			}
-			if disable && enable {
-				return usageErrorf("--disable and --enable exclude each other")
-			}
-			if disable || enable {
-				on := enable
-				u.Enabled = &on
-			}
-			if flags.Changed("keep-alive-threshold") {
-				if threshold < taskling.MinThreshold {
-					return usageErrorf("--keep-alive-threshold is %s; want at least %s", threshold, taskling.MinThreshold)
-				}
-				u.KeepAliveDeathThreshold = &threshold
-			}
-			for i, dst := range []**time.Duration{&u.KeepCompleted, &u.KeepFailed, &u.KeepBlocked} {
-				name := [...]string{"keep-completed", "keep-failed", "keep-blocked"}[i]
-				if !flags.Changed(name) {
-					continue
-				}
-				d, err := taskling.ParseKeep(keeps[i])
-				if err != nil {
-					return usageErrorf("--%s: %v", name, err)
-				}
-				*dst = &d
-			}
-			if u == (taskling.SettingsUpdate{}) {
-				return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
-			}
-			if err := checkBy(by); err != nil {
-				return err
-			}
-			u.By = e.operator(by)
-			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
-					return err
-				}
-				return e.showTask(ctx, c, app, task)
-			})
-		},
+			return e.showTask(ctx, c, app, task)
+		})
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or 1 to 10000")
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
@@ -253,7 +254,7 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	if d.DeclaredLimit != nil {
 		declared = limitText(*d.DeclaredLimit) + " by " + deref(d.DeclaredBy)
 	}
-	fmt.Fprintf(w, "Task:      %s/%s\n", d.Application, d.Task.Task)
+	fmt.Fprintf(w, "Task:      %s\n", terminalSafe(d.Application+"/"+d.Task.Task))
 	fmt.Fprintf(w, "Limit:     %s (%s)\n", limitText(d.Limit), d.LimitSource)
 	if g := d.Disagreement; g != nil {
 		declared += fmt.Sprintf("; %s declared %s until %s (hosts disagree: each grant obeys its requester's)", g.OtherHost, limitText(g.OtherLimit), clock(g.At))

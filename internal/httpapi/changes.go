@@ -140,8 +140,8 @@ func checkBy(field, by string) error {
 	if len(by) > maxGivenBy {
 		return &FieldError{field, fmt.Sprintf("is %d bytes; at most %d allowed", len(by), maxGivenBy)}
 	}
-	if taskling.ValidateName(field, by) != nil {
-		return &FieldError{field, "must be valid UTF-8 without control characters"}
+	if taskling.ValidateOperator(field, by) != nil {
+		return &FieldError{field, "must be valid UTF-8 without control or invisible characters (bidi controls, zero-width characters)"}
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskling-go/taskling/taskling"
 )
@@ -122,11 +123,33 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
+	page := showInvisible(buf.Bytes())
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'")
 	w.WriteHeader(status)
-	_, _ = buf.WriteTo(w)
+	_, _ = w.Write(page)
+}
+
+// showInvisible writes the characters taskling.Invisible names (bidi overrides, zero-width
+// characters…) as the text \uXXXX: html/template keeps them, and a browser would obey a
+// right-to-left override in a stored name instead of showing it. The templates hold none, so
+// every one comes from stored text.
+func showInvisible(b []byte) []byte {
+	if !bytes.ContainsFunc(b, taskling.Invisible) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if taskling.Invisible(r) {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		} else {
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
 }
 
 // dashboardData is the tasks list page's data: the filters as asked, a page of tasks (each row
@@ -308,7 +331,7 @@ func isNotFound(err error) bool { return errors.Is(err, taskling.ErrNotFound) }
 
 func (h *Handler) pageError(w http.ResponseWriter, r *http.Request, err error) {
 	if isNotFound(err) {
-		http.Error(w, err.Error(), http.StatusNotFound)
+		http.Error(w, string(showInvisible([]byte(err.Error()))), http.StatusNotFound)
 		return
 	}
 	h.log.Sugar().Errorw("taskling http: page failed", "path", r.URL.Path, "error", err)

@@ -420,11 +420,15 @@ func (c *Cluster) createReplicationRole(ctx context.Context) error {
 // free one; a port taken between our check and the server's bind is retried with another.
 func (c *Cluster) startLocked(ctx context.Context, mayMove bool) error {
 	if c.sockDir != "" {
-		if err := os.MkdirAll(c.sockDir, 0o755); err != nil {
+		// The server's alone (connections use TCP): 0700 whatever the umask or an older version.
+		if err := os.MkdirAll(c.sockDir, 0o700); err != nil {
 			return fmt.Errorf("pgcluster: create %s: %w", c.sockDir, err)
 		}
+		if err := os.Chmod(c.sockDir, 0o700); err != nil {
+			return fmt.Errorf("pgcluster: chmod %s: %w", c.sockDir, err)
+		}
 	}
-	if err := touch(c.logFile); err != nil {
+	if err := touchPrivate(c.logFile); err != nil {
 		return err
 	}
 	if err := c.chown(c.dataDir, c.sockDir, c.logFile); err != nil {
@@ -687,12 +691,21 @@ func samePath(a, b string) bool {
 	return err1 == nil && err2 == nil && ra == rb
 }
 
-func touch(path string) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o644)
+// touchPrivate creates path 0600 unless it exists, and makes it 0600 if it does (a server log
+// left by an older version was 0644: it holds statements, and so test data, for everyone).
+func touchPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("pgcluster: create %s: %w", path, err)
 	}
-	return f.Close()
+	err = f.Chmod(0o600)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("pgcluster: chmod %s: %w", path, err)
+	}
+	return nil
 }
 
 func fileSize(path string) int64 {

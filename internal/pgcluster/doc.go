@@ -14,7 +14,9 @@
 // `go run ./internal/cmd/devdb stop` (make pg-stop) stops it by hand.
 //
 // The server listens on 127.0.0.1 only, on a port picked free at first start and kept across
-// restarts when still free. It runs with fsync and synchronous_commit on — the PostgreSQL
+// restarts when still free, and asks for a password (scram-sha-256) that no command line carries
+// (pg_basebackup reads it from its environment); the password file, state.json and postgres.log
+// are 0600, the socket directory 0700. It runs with fsync and synchronous_commit on — the PostgreSQL
 // defaults — so that benchmarks measure what users get and a `pg_ctl stop -m immediate` in a
 // fault-injection test loses no acknowledged commit; max_connections is 400 for parallel tests
 // and multi-process chaos runs.

@@ -1,12 +1,14 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -235,17 +237,28 @@ func (p *Pair) baseBackup(ctx context.Context, primary, sb *Cluster, name string
 	if err := sb.chown(sb.dataDir); err != nil {
 		return err
 	}
-	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password=%s application_name=%s", primary.Port(), replicationRole, pw, name)
-	slot := strings.ReplaceAll(name, "-", "_")
-	out, err := sb.run(ctx, p.basebkup, "-D", sb.dataDir, "-d", conninfo, "-R", "-X", "stream", "-c", "fast",
-		"-C", "-S", slot, "--no-sync")
-	if err != nil {
-		return fmt.Errorf("pgcluster: pg_basebackup from port %d: %w: %s", primary.Port(), err, strings.TrimSpace(string(out)))
+	var out bytes.Buffer
+	cmd := p.baseBackupCommand(ctx, primary, sb, name, pw)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("pgcluster: pg_basebackup from port %d: %w: %s", primary.Port(), err, strings.TrimSpace(out.String()))
 	}
 	// A standby whose primary died retries its WAL sources every wal_retrieve_retry_interval
 	// (5 s by default), and a promotion requested meanwhile waits for the retry: PostgreSQL 15
 	// logs "received promote request", then "waiting for WAL to become available" for 5 s.
 	return appendConf(filepath.Join(sb.dataDir, "postgresql.auto.conf"), "wal_retrieve_retry_interval = '100ms'")
+}
+
+// baseBackupCommand is the pg_basebackup of baseBackup. The password goes in its environment
+// (PGPASSWORD), which only its OS user and root can read: on its command line every local user
+// would see it in ps. -R still writes it into primary_conninfo, inside the 0700 data directory.
+func (p *Pair) baseBackupCommand(ctx context.Context, primary, sb *Cluster, name, pw string) *exec.Cmd {
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=%s", primary.Port(), replicationRole, name)
+	slot := strings.ReplaceAll(name, "-", "_")
+	cmd := sb.Command(ctx, p.basebkup, "-D", sb.dataDir, "-d", conninfo, "-w", "-R", "-X", "stream", "-c", "fast",
+		"-C", "-S", slot, "--no-sync")
+	cmd.Env = append(cmd.Env, "PGPASSWORD="+pw)
+	return cmd
 }
 
 // appendConf appends a line to a configuration file the server's OS user owns (we may be root;

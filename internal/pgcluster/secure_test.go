@@ -95,3 +95,51 @@ func TestClusterDirectoryMustBeOursAndPrivate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "keep", strings.TrimSpace(string(b)))
 }
+
+// TestBaseBackupKeepsThePasswordOffItsCommandLine is issue 23 item 7: the replication password
+// was in pg_basebackup's arguments, which ps shows to every local user. A stand-in records the
+// arguments and environment it was given.
+func TestBaseBackupKeepsThePasswordOffItsCommandLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "pg_basebackup")
+	script := "#!/bin/sh\nprintf '%s\\n' \"$@\" > " + shellQuote(filepath.Join(dir, "args")) +
+		"\nenv > " + shellQuote(filepath.Join(dir, "env")) + "\ntouch \"$2/postgresql.auto.conf\"\n"
+	require.NoError(t, os.WriteFile(fake, []byte(script), 0o700))
+	const pw = "0123456789abcdef0123456789abcdef"
+	primary := &Cluster{dir: dir, port: 5999, password: pw}
+	sb := &Cluster{dir: dir, dataDir: filepath.Join(dir, "data"), pwFile: filepath.Join(dir, "password")}
+	p := &Pair{basebkup: fake}
+	require.NoError(t, p.baseBackup(context.Background(), primary, sb, "node-2"))
+
+	args, err := os.ReadFile(filepath.Join(dir, "args"))
+	require.NoError(t, err)
+	require.NotContains(t, string(args), pw, "no password among the arguments")
+	require.Contains(t, string(args), "port=5999")
+	env, err := os.ReadFile(filepath.Join(dir, "env"))
+	require.NoError(t, err)
+	require.Contains(t, strings.Split(string(env), "\n"), "PGPASSWORD="+pw, "the password is in its environment")
+}
+
+// TestPrivateClusterFilesArePrivate is issue 23 item 7: postgres.log was created 0644, readable
+// by every local user; a log left so by an older version is made private too, and so is the
+// socket directory.
+func TestPrivateClusterFilesArePrivate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	opts := testOptions(t)
+	require.NoError(t, os.MkdirAll(opts.Dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(opts.Dir, "postgres.log"), nil, 0o644))
+	require.NoError(t, os.Chmod(filepath.Join(opts.Dir, "postgres.log"), 0o644))
+	c, err := Ensure(ctx, opts)
+	require.NoError(t, err)
+	fi, err := os.Stat(c.LogFile())
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "the server's log is private")
+	if c.sockDir != "" {
+		fi, err = os.Stat(c.sockDir)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o700), fi.Mode().Perm(), "the socket directory is the server's alone")
+	}
+	require.Equal(t, "1", query(t, c.URL(), "SELECT 1::text"))
+}

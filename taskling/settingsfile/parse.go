@@ -3,9 +3,11 @@ package settingsfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -85,11 +87,44 @@ func (f *file) task(app, task string) taskling.TaskSettings {
 // decodeErr is how the TOML decoder reports a value of the wrong type.
 var decodeErr = regexp.MustCompile(`line (\d+) \(last key "([^"]*)"\): (.*)`)
 
-// load reads and checks the file at path.
-func load(path string) (*file, error) {
-	text, err := os.ReadFile(path)
+// MaxFileSize is the largest settings file read, in bytes (1 MiB): a larger one is refused
+// before it is parsed (a symlink to /dev/zero or a huge file must not exhaust memory).
+const MaxFileSize = 1 << 20
+
+// readCapped reads the regular file that path resolves to, at most MaxFileSize bytes.
+func readCapped(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below); reads of a
+	// regular file ignore the flag.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("settingsfile: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("settingsfile: %w", err)
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("settingsfile: %s is not a regular file (mode %s)", path, fi.Mode())
+	case fi.Size() > MaxFileSize:
+		return nil, fmt.Errorf("settingsfile: %s is %d bytes; at most %d bytes (1 MiB) allowed", path, fi.Size(), MaxFileSize)
+	}
+	// It may grow between the Stat and the read: read one byte past the cap at most.
+	text, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("settingsfile: read %s: %w", path, err)
+	}
+	if len(text) > MaxFileSize {
+		return nil, fmt.Errorf("settingsfile: %s is over %d bytes; at most %d bytes (1 MiB) allowed", path, MaxFileSize, MaxFileSize)
+	}
+	return text, nil
+}
+
+// load reads and checks the file at path.
+func load(path string) (*file, error) {
+	text, err := readCapped(path)
+	if err != nil {
+		return nil, err
 	}
 	lines := keyLines(string(text))
 	bad := func(key []string, format string, args ...any) error {

@@ -32,6 +32,14 @@
 // A malformed edit (bad TOML, an unknown key, a value out of bounds, a combination no start would
 // accept) is refused: the last good settings stay in force, the error names the file, the line
 // and the key, it is logged, and Status and the metrics of Collector report it until a good edit.
+// So is a file over MaxFileSize (1 MiB), or a path that does not resolve to a regular file (a
+// device, a FIFO, a directory): it is refused before it is read, naming the file.
+//
+// The watch covers the file's directory, and the directory of the file the path resolves to:
+// after a change there (and Options.Debounce of quiet), the path is resolved anew and the file
+// read if the change named it or the path now resolves elsewhere. A file replaced by a rename,
+// a symlink's target edited, and a Kubernetes ConfigMap update (taskling.toml ->
+// ..data/taskling.toml, with a new ..data symlink renamed over the old one) are all read.
 package settingsfile
 
 import (
@@ -53,8 +61,8 @@ import (
 type Options struct {
 	// Logger receives reload errors and successes (default: none).
 	Logger *zap.Logger
-	// Debounce waits this long after a change before reading the file, so that an editor's
-	// several writes are read once (default 50 ms).
+	// Debounce waits this long after the last change before reading the file, so that an
+	// editor's several writes are read once (default 50 ms): an edit applies this long after it.
 	Debounce time.Duration
 }
 
@@ -106,7 +114,9 @@ func Open(_ context.Context, path string, opts *Options) (*Source, error) {
 	s.settings = f
 	s.status = Status{LoadedAt: time.Now(), Reloads: 1}
 	// Watch the directory: editors and config management replace the file (write a new one,
-	// rename it over the old), which a watch on the file itself would lose.
+	// rename it over the old), and Kubernetes swaps a symlink (..data) that the path resolves
+	// through, which a watch on the file itself would lose. The directory of the file the path
+	// resolves to is watched too, for edits of a symlink's target elsewhere.
 	if s.watcher, err = fsnotify.NewWatcher(); err != nil {
 		return nil, fmt.Errorf("settingsfile: watch %s: %w", abs, err)
 	}
@@ -114,8 +124,10 @@ func Open(_ context.Context, path string, opts *Options) (*Source, error) {
 		_ = s.watcher.Close()
 		return nil, fmt.Errorf("settingsfile: watch %s: %w", abs, err)
 	}
+	w := &watchState{}
+	s.follow(w)
 	s.wg.Add(1)
-	go s.watch(o.Debounce)
+	go s.watch(o.Debounce, w)
 	return s, nil
 }
 
@@ -164,10 +176,39 @@ func (s *Source) Close() {
 	s.wg.Wait()
 }
 
-func (s *Source) watch(debounce time.Duration) {
+// watchState is what the watch goroutine knows of the path: the file it resolved to when last
+// read, and the other directory watched for it ("" when that is the path's own).
+type watchState struct {
+	target, targetDir string
+}
+
+// follow re-resolves the path and watches the directory of the file it resolves to.
+func (s *Source) follow(w *watchState) {
+	t, err := filepath.EvalSymlinks(s.path)
+	if err != nil {
+		return
+	}
+	w.target = t
+	dir := filepath.Dir(t)
+	if dir == filepath.Dir(s.path) || dir == w.targetDir {
+		return
+	}
+	if w.targetDir != "" {
+		_ = s.watcher.Remove(w.targetDir) // gone already when Kubernetes removed the old version
+	}
+	w.targetDir = ""
+	if err := s.watcher.Add(dir); err != nil {
+		s.log.Warn("taskling: watching the settings file's target", zap.String("file", s.path), zap.String("dir", dir), zap.Error(err))
+		return
+	}
+	w.targetDir = dir
+}
+
+func (s *Source) watch(debounce time.Duration, w *watchState) {
 	defer s.wg.Done()
 	var timer *time.Timer
 	var fire <-chan time.Time
+	named := false // an event of the batch named the path or the file it resolves to
 	for {
 		select {
 		case <-s.done:
@@ -179,9 +220,12 @@ func (s *Source) watch(debounce time.Duration) {
 			if !ok {
 				return
 			}
-			if filepath.Clean(ev.Name) != s.path || ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) == 0 {
+			if ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) == 0 {
 				continue
 			}
+			// Any other name may be a symlink the path resolves through: re-resolved below.
+			name := filepath.Clean(ev.Name)
+			named = named || name == s.path || name == w.target
 			if timer == nil {
 				timer = time.NewTimer(debounce)
 			} else {
@@ -195,9 +239,15 @@ func (s *Source) watch(debounce time.Duration) {
 			s.log.Warn("taskling: watching the settings file", zap.String("file", s.path), zap.Error(err))
 		case <-fire:
 			fire = nil
+			before := w.target
 			if _, err := os.Stat(s.path); errors.Is(err, os.ErrNotExist) {
 				continue // replaced by a rename: its Create follows
 			}
+			s.follow(w)
+			if !named && w.target == before {
+				continue // another file of a watched directory
+			}
+			named = false
 			_ = s.Reload() // logged; the last good settings stay
 		}
 	}

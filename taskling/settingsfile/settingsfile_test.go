@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -188,4 +190,93 @@ func TestTheExampleFileIsGood(t *testing.T) {
 	require.Equal(t, 1, settings(t, src, "billing", "export").ConcurrencyLimit)
 	require.Equal(t, -1, settings(t, src, "crm", "sync").ConcurrencyLimit)
 	require.True(t, settings(t, src, "legacy", "import").Disabled)
+}
+
+// TestAFileOverOneMiBIsRefused is issue 23 item 6: the file was read whole, whatever its size
+// (38 MB allocated 278 MB). A file over the cap is refused naming the file and the cap, at Open
+// and on an edit, which keeps the last good settings.
+func TestAFileOverOneMiBIsRefused(t *testing.T) {
+	big := "[defaults]\nconcurrency_limit = 3\n" + strings.Repeat("# padding\n", settingsfile.MaxFileSize/10)
+	require.Greater(t, len(big), settingsfile.MaxFileSize)
+	path := filepath.Join(t.TempDir(), "taskling.toml")
+	write(t, path, big)
+	_, err := settingsfile.Open(context.Background(), path, nil)
+	require.ErrorContains(t, err, path)
+	require.ErrorContains(t, err, "at most 1048576 bytes (1 MiB)")
+
+	src, path := open(t, good)
+	write(t, path, big)
+	require.Eventually(t, func() bool { return src.Status().Err != nil }, 5*time.Second, 10*time.Millisecond)
+	require.ErrorContains(t, src.Status().Err, "at most 1048576 bytes")
+	require.Equal(t, 4, settings(t, src, "billing", "import").ConcurrencyLimit, "the last good settings stay")
+	require.NoError(t, os.WriteFile(path, []byte(big[:settingsfile.MaxFileSize]), 0o600))
+	require.NoError(t, src.Reload(), "a file of exactly 1 MiB is read")
+	require.Equal(t, 3, settings(t, src, "other", "task").ConcurrencyLimit)
+}
+
+// TestANonRegularFileIsRefused is issue 23 item 6: a symlink to /dev/zero was read until the
+// process died of an out-of-memory fatal error. What the path resolves to must be a regular file.
+func TestANonRegularFileIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	for _, target := range []string{"/dev/null", "/dev/zero", dir, fifo} {
+		path := filepath.Join(t.TempDir(), "taskling.toml")
+		require.NoError(t, os.Symlink(target, path))
+		_, err := settingsfile.Open(context.Background(), path, nil)
+		require.ErrorContains(t, err, path, target)
+		require.ErrorContains(t, err, "not a regular file", target)
+	}
+}
+
+// TestAConfigMapUpdateIsSeen is issue 23 item 6: Kubernetes mounts a ConfigMap as
+// taskling.toml -> ..data/taskling.toml, ..data -> ..<timestamp>, and updates it by writing a new
+// timestamped directory and renaming a new ..data_tmp symlink over ..data. No event names
+// taskling.toml, so the update was never read.
+func TestAConfigMapUpdateIsSeen(t *testing.T) {
+	dir := t.TempDir()
+	version := func(stamp, text string) {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, stamp), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, stamp, "taskling.toml"), []byte(text), 0o644))
+	}
+	swap := func(stamp, old string) {
+		require.NoError(t, os.Symlink(stamp, filepath.Join(dir, "..data_tmp")))
+		require.NoError(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+		require.NoError(t, os.RemoveAll(filepath.Join(dir, old)))
+	}
+	limit := func(n int) string { return "[applications.billing]\nconcurrency_limit = " + strconv.Itoa(n) + "\n" }
+	version("..2026_11_26_10_00_00.1", limit(1))
+	require.NoError(t, os.Symlink("..2026_11_26_10_00_00.1", filepath.Join(dir, "..data")))
+	path := filepath.Join(dir, "taskling.toml")
+	require.NoError(t, os.Symlink("..data/taskling.toml", path))
+	src, err := settingsfile.Open(context.Background(), path, nil)
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	require.Equal(t, 1, settings(t, src, "billing", "x").ConcurrencyLimit)
+
+	for i, stamp := range []string{"..2026_11_26_10_05_00.2", "..2026_11_26_10_10_00.3"} {
+		old := map[int]string{0: "..2026_11_26_10_00_00.1", 1: "..2026_11_26_10_05_00.2"}[i]
+		version(stamp, limit(i+2))
+		start := time.Now()
+		swap(stamp, old)
+		require.Eventually(t, func() bool { return settings(t, src, "billing", "x").ConcurrencyLimit == i+2 },
+			2*time.Second, 5*time.Millisecond, "update %d is read", i+1)
+		t.Logf("update %d read %s after the swap (debounce 50ms)", i+1, time.Since(start).Round(time.Millisecond))
+	}
+	require.Equal(t, int64(3), src.Status().Reloads, "one read per update")
+}
+
+// TestAnEditOfASymlinksTargetIsSeen: the path is a symlink to a file in another directory, which
+// an editor replaces; the events name the target, in the target's directory, watched too.
+func TestAnEditOfASymlinksTargetIsSeen(t *testing.T) {
+	target := filepath.Join(t.TempDir(), "real.toml")
+	write(t, target, good)
+	path := filepath.Join(t.TempDir(), "taskling.toml")
+	require.NoError(t, os.Symlink(target, path))
+	src, err := settingsfile.Open(context.Background(), path, nil)
+	require.NoError(t, err)
+	t.Cleanup(src.Close)
+	write(t, target, strings.Replace(good, "concurrency_limit = 4", "concurrency_limit = 5", 1))
+	require.Eventually(t, func() bool { return settings(t, src, "billing", "import").ConcurrencyLimit == 5 },
+		2*time.Second, 5*time.Millisecond)
 }
