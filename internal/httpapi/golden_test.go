@@ -165,7 +165,7 @@ var (
 	clockKeys = map[string]bool{"oldest_wait_seconds": true, "expires_in_ms": true, "age_seconds": true,
 		"duration_ms": true, "lease_ms": true, "waited_ms": true, "heartbeat_age": true, "heartbeat_age_seconds": true}
 	uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	idKey  = regexp.MustCompile(`(^id$|_id$|^fence$|^fencing_token$)`)
+	idKey  = regexp.MustCompile(`(^id$|_id$|_executions$|^fence$|^fencing_token$)`)
 )
 
 // normalize returns status and body as a stable, indented JSON document.
