@@ -43,8 +43,8 @@ const (
 // Config configures a Client. A nil *Config, or a zero field, means the documented default.
 type Config struct {
 	// Logger receives warnings: conflicting declarations of a limit, failed heartbeats and lost
-	// leases, failures of the notification listener (waiters then poll), failed scheduler steps.
-	// nil: no logging.
+	// leases, failures of the notification listener (waiters then poll), failed scheduler steps,
+	// a server found read-only. nil: no logging.
 	Logger *zap.Logger
 	// HostName is recorded on executions. "" means os.Hostname(). (The CLI reads it from
 	// TASKLING_HOST_NAME.)
@@ -159,25 +159,31 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if maxPoll == 0 {
 		maxPoll = 2 * time.Second
 	}
-	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
+	notifier := execution.NewNotifierWith(pool, execution.NotifierOptions{
+		OnError: func(err error, retryIn time.Duration) {
+			log.Warn("taskling: the notification listener failed; waiters poll until it is back",
+				zap.Error(err), zap.Duration("retry_in", retryIn))
+		},
+		// Through a transaction pooler a LISTEN would land on a server connection that
+		// goes back to the pool: only a direct listener, else none (waiters poll).
+		Listener: listener,
+		Off:      cfg.Pooler.transaction() && listener == nil,
+		OnUndelivered: func() {
+			log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
+				"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
+				zap.Duration("max_poll_interval", maxPoll))
+		},
+	})
+	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version,
+		OnReadOnly: func() {
+			log.Warn("taskling: the database server is read-only (a standby, or a primary demoted by a failover): the pool was reset, " +
+				"and the next connections are dialled anew (a multi-host URL with target_session_attrs=read-write finds the new primary)")
+			notifier.Reconnect() // it would listen on the old server, which no longer notifies
+		}})
 	c := &Client{
-		pool:  pool,
-		store: store,
-		notifier: execution.NewNotifierWith(pool, execution.NotifierOptions{
-			OnError: func(err error, retryIn time.Duration) {
-				log.Warn("taskling: the notification listener failed; waiters poll until it is back",
-					zap.Error(err), zap.Duration("retry_in", retryIn))
-			},
-			// Through a transaction pooler a LISTEN would land on a server connection that
-			// goes back to the pool: only a direct listener, else none (waiters poll).
-			Listener: listener,
-			Off:      cfg.Pooler.transaction() && listener == nil,
-			OnUndelivered: func() {
-				log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
-					"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
-					zap.Duration("max_poll_interval", maxPoll))
-			},
-		}),
+		pool:     pool,
+		store:    store,
+		notifier: notifier,
 		log:      log,
 		host:     host,
 		defaults: defaults,

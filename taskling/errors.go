@@ -34,6 +34,12 @@ var (
 	// binary does not know, so it refuses to grant (it still completes what it runs). The error
 	// names both protocol versions; see the README's "Upgrading".
 	ErrUpgradeRequired = execution.ErrUpgradeRequired
+	// ErrDatabaseReadOnly: the database server refused a write because it is read-only (SQLSTATE
+	// 25006: a standby, or a primary a failover demoted and left running), or no writable server
+	// could be reached. The pool was reset, so the next connections are dialled anew: with a
+	// multi-host URL and target_session_attrs=read-write they find the new primary. Starts that
+	// wait for a slot, and releases, retry meanwhile; see the README's "Using a real server".
+	ErrDatabaseReadOnly = execution.ErrDatabaseReadOnly
 	// ErrSubmissionCancelled: an operator cancelled the submission this execution runs. The cause
 	// of Execution.Context()'s cancellation (its message names the submission and the reason).
 	ErrSubmissionCancelled = errors.New("taskling: submission cancelled")

@@ -219,8 +219,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			wait = retryDelay(res, wait)
 		case ctx.Err() != nil:
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
-		case execution.IsConnectionError(err):
-			// The database is away: keep waiting, as the caller asked, and retry.
+		case execution.IsUnavailable(err):
+			// The database is away, or read-only until a failover completes: keep waiting, as
+			// the caller asked, and retry.
 		default:
 			return nil, err
 		}
