@@ -2,6 +2,7 @@ package taskling
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -88,9 +89,9 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs   sync.Map       // "app\x00task" -> int64
-	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
-	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
+	taskIDs      sync.Map // "app\x00task" -> int64
+	disputes     sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
+	declarations sync.Map // task id -> the declaration last recorded (noteDeclaration)
 
 	cleanupEvery time.Duration // the automatic cleanup's interval; negative: none
 	cleaner      sync.Once     // starts the automatic cleanup with the client's first start
@@ -298,6 +299,13 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 // whose value changes is recorded in the task's audit trail (TaskChanges), in the same
 // transaction, as changed by update.By (default: this client's host name). A retired task's
 // Enabled cannot be changed (ErrTaskRetired): unretire it first. A refused update writes nothing.
+//
+// An update of the liveness settings (DeathMode, KeepAliveInterval, KeepAliveDeathThreshold,
+// OverrideThreshold) is checked as it would be in force: the overrides over the settings a host
+// of the task last declared (before any host did, over this client's own settings for the task).
+// Overrides that no start would accept — a threshold under twice the declared interval, Override
+// mode with no threshold — are refused with a *SettingsError (ErrInvalidSettings) naming the
+// field and where each value comes from.
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
 	if err := validateOwnTask(app, task); err != nil {
 		return err
@@ -319,8 +327,19 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 	if err != nil {
 		return err
 	}
-	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by}
+	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by,
+		FallbackAs: "this client's settings, as no host declared any yet"}
+	if change.Set.Liveness() {
+		_, own, err := c.declared(ctx, app, task)
+		if err != nil {
+			return err
+		}
+		change.Fallback = &own
+	}
 	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
+		if se := (*SettingsError)(nil); errors.As(err, &se) {
+			return fmt.Errorf("taskling: overrides of %s/%s: %w", app, task, se)
+		}
 		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
 	}
 	return nil

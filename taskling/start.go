@@ -97,6 +97,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if req.TaskID, err = c.taskID(ctx, app, task); err != nil {
 		return nil, err
 	}
+	c.noteDeclaration(ctx, req)
 	if req.SessionID, err = c.hb.sessionID(ctx); err != nil {
 		return nil, err
 	}
@@ -330,7 +331,6 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 // cleanup loop (started by a client's first start).
 func (c *Client) settled(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
 	c.report(app, task, req, res, retired)
-	c.noteRetention(req)
 	c.startCleaner()
 }
 
