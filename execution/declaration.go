@@ -16,7 +16,7 @@ import (
 // its enabled state comes from and whether its overrides fit it.
 
 // DeclaredSettings are the settings a task's hosts last declared, beyond the limit, and by which
-// host (migration 0016).
+// host (migration 0015).
 type DeclaredSettings struct {
 	Enabled                 bool
 	DeathMode               int16

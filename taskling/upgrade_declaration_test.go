@@ -11,7 +11,7 @@ import (
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// TestDeclarationUpgradeRecordsTheNextStartsDeclaration: 0016 (declarations) on a database in use
+// TestDeclarationUpgradeRecordsTheNextStartsDeclaration: 0015 (declarations) on a database in use
 // before it, holding a liveness override that the hosts' settings do not fit (stored by an older
 // release, which did not check it): the holder started before the upgrade completes, the task
 // shows nothing declared until a host starts it, and that host's start records its declaration,
@@ -20,7 +20,7 @@ func TestDeclarationUpgradeRecordsTheNextStartsDeclaration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.NewEmptyDB(t)
-	require.NoError(t, migrations.UpTo(ctx, pool, 15))
+	require.NoError(t, migrations.UpTo(ctx, pool, 14))
 	b := &testBundle{ctx: ctx, pool: pool, client: newClient(t, pool, noAutoCleanup(withLimit(2))), app: "app", task: "task"}
 	holder := b.start(t, nil) // its declaration cannot be recorded yet: the start goes on
 	b.exec(t, `UPDATE taskling.task_definition SET keep_alive_death_threshold = interval '300 milliseconds'`)
