@@ -123,6 +123,12 @@ type OverridesChange struct {
 	// Clear removes every override (Set and Keep are then ignored).
 	Clear bool
 	By    string
+	// Fallback is what a change of the liveness overrides (death mode, interval, thresholds) is
+	// checked against when no host declared settings yet (the caller's own, say); once one did,
+	// its declaration. nil: such a change is checked on its own only.
+	Fallback *Settings
+	// FallbackAs names Fallback in errors.
+	FallbackAs string
 }
 
 // storedOverrides are a task's overrides as its row and its retention row hold them, the
@@ -229,6 +235,16 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			return row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
 				&o.OverrideThreshold, &old.retired)
 		})
+		check := !c.Clear && c.Set.Liveness()
+		var declared Settings
+		var declaredAs string
+		var found bool
+		if check {
+			b.Queue(declarationSQL, taskID).QueryRow(func(row pgx.Row) (err error) {
+				declared, declaredAs, found, err = declaredOf(row)
+				return err
+			})
+		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -236,6 +252,15 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			return fmt.Errorf("%w: unretire it before enabling or disabling it", ErrTaskRetired)
 		}
 		next := old.apply(c)
+		if !found && c.Fallback != nil {
+			declared, declaredAs, found = *c.Fallback, c.FallbackAs, true
+		}
+		if check && found {
+			// Overrides that no start would accept are refused, not stored.
+			if err := next.o.Check(declared, declaredAs); err != nil {
+				return err
+			}
+		}
 		old.record(&changes, next)
 		b = &pgx.Batch{}
 		if writeTask {

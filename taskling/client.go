@@ -2,6 +2,7 @@ package taskling
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -43,8 +44,8 @@ const (
 // Config configures a Client. A nil *Config, or a zero field, means the documented default.
 type Config struct {
 	// Logger receives warnings: conflicting declarations of a limit, failed heartbeats and lost
-	// leases, failures of the notification listener (waiters then poll), failed scheduler steps.
-	// nil: no logging.
+	// leases, failures of the notification listener (waiters then poll), failed scheduler steps,
+	// a server found read-only. nil: no logging.
 	Logger *zap.Logger
 	// HostName is recorded on executions. "" means os.Hostname(). (The CLI reads it from
 	// TASKLING_HOST_NAME.)
@@ -88,9 +89,9 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs   sync.Map       // "app\x00task" -> int64
-	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
-	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
+	taskIDs      sync.Map // "app\x00task" -> int64
+	disputes     sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
+	declarations sync.Map // task id -> the declaration last recorded (noteDeclaration)
 
 	cleanupEvery time.Duration // the automatic cleanup's interval; negative: none
 	cleaner      sync.Once     // starts the automatic cleanup with the client's first start
@@ -162,25 +163,31 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if maxPoll == 0 {
 		maxPoll = 2 * time.Second
 	}
-	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
+	notifier := execution.NewNotifierWith(pool, execution.NotifierOptions{
+		OnError: func(err error, retryIn time.Duration) {
+			log.Warn("taskling: the notification listener failed; waiters poll until it is back",
+				zap.Error(err), zap.Duration("retry_in", retryIn))
+		},
+		// Through a transaction pooler a LISTEN would land on a server connection that
+		// goes back to the pool: only a direct listener, else none (waiters poll).
+		Listener: listener,
+		Off:      cfg.Pooler.transaction() && listener == nil,
+		OnUndelivered: func() {
+			log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
+				"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
+				zap.Duration("max_poll_interval", maxPoll))
+		},
+	})
+	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version,
+		OnReadOnly: func() {
+			log.Warn("taskling: the database server is read-only (a standby, or a primary demoted by a failover): the pool was reset, " +
+				"and the next connections are dialled anew (a multi-host URL with target_session_attrs=read-write finds the new primary)")
+			notifier.Reconnect() // it would listen on the old server, which no longer notifies
+		}})
 	c := &Client{
-		pool:  pool,
-		store: store,
-		notifier: execution.NewNotifierWith(pool, execution.NotifierOptions{
-			OnError: func(err error, retryIn time.Duration) {
-				log.Warn("taskling: the notification listener failed; waiters poll until it is back",
-					zap.Error(err), zap.Duration("retry_in", retryIn))
-			},
-			// Through a transaction pooler a LISTEN would land on a server connection that
-			// goes back to the pool: only a direct listener, else none (waiters poll).
-			Listener: listener,
-			Off:      cfg.Pooler.transaction() && listener == nil,
-			OnUndelivered: func() {
-				log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
-					"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
-					zap.Duration("max_poll_interval", maxPoll))
-			},
-		}),
+		pool:     pool,
+		store:    store,
+		notifier: notifier,
 		log:      log,
 		host:     host,
 		defaults: defaults,
@@ -362,6 +369,13 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 // whose value changes is recorded in the task's audit trail (TaskChanges), in the same
 // transaction, as changed by update.By (default: this client's host name). A retired task's
 // Enabled cannot be changed (ErrTaskRetired): unretire it first. A refused update writes nothing.
+//
+// An update of the liveness settings (DeathMode, KeepAliveInterval, KeepAliveDeathThreshold,
+// OverrideThreshold) is checked as it would be in force: the overrides over the settings a host
+// of the task last declared (before any host did, over this client's own settings for the task).
+// Overrides that no start would accept — a threshold under twice the declared interval, Override
+// mode with no threshold — are refused with a *SettingsError (ErrInvalidSettings) naming the
+// field and where each value comes from.
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
 	if err := validateOwnTask(app, task); err != nil {
 		return err
@@ -383,8 +397,19 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 	if err != nil {
 		return err
 	}
-	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by}
+	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by,
+		FallbackAs: "this client's settings, as no host declared any yet"}
+	if change.Set.Liveness() {
+		_, own, err := c.declared(ctx, app, task)
+		if err != nil {
+			return err
+		}
+		change.Fallback = &own
+	}
 	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
+		if se := (*SettingsError)(nil); errors.As(err, &se) {
+			return fmt.Errorf("taskling: overrides of %s/%s: %w", app, task, se)
+		}
 		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
 	}
 	return nil

@@ -99,6 +99,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if req.TaskID, err = c.taskID(ctx, app, task); err != nil {
 		return nil, err
 	}
+	c.noteDeclaration(ctx, req)
 	if req.SessionID, err = c.hb.sessionID(ctx); err != nil {
 		return nil, err
 	}
@@ -221,8 +222,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			wait = retryDelay(res, wait)
 		case ctx.Err() != nil:
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
-		case execution.IsConnectionError(err):
-			// The database is away: keep waiting, as the caller asked, and retry.
+		case execution.IsUnavailable(err):
+			// The database is away, or read-only until a failover completes: keep waiting, as
+			// the caller asked, and retry.
 		default:
 			return nil, err
 		}
@@ -331,7 +333,6 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 // cleanup loop (started by a client's first start).
 func (c *Client) settled(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
 	c.report(app, task, req, res, retired)
-	c.noteRetention(req)
 	c.startCleaner()
 }
 

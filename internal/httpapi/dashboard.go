@@ -47,11 +47,10 @@ var templateFuncs = template.FuncMap{
 		}
 		return *p
 	},
-	"deref_bool": func(p *bool) bool { return p != nil && *p },
-	"clock":      clock,
-	"join":       strings.Join,
-	"ratio":      Percent,
-	"blockSpan":  blockSpan,
+	"clock":     clock,
+	"join":      strings.Join,
+	"ratio":     Percent,
+	"blockSpan": blockSpan,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
@@ -360,13 +361,13 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 		u.DeathMode = &m
 	}
 	var err error
-	if u.KeepAliveInterval, err = durationAtLeast("keep_alive_interval", o.KeepAliveInterval, taskling.MinKeepAliveInterval); err != nil {
+	if u.KeepAliveInterval, err = durationIn("keep_alive_interval", o.KeepAliveInterval, taskling.MinKeepAliveInterval, taskling.MaxKeepAliveInterval); err != nil {
 		return u, err
 	}
-	if u.KeepAliveDeathThreshold, err = durationAtLeast("keep_alive_death_threshold", o.KeepAliveDeathThreshold, taskling.MinThreshold); err != nil {
+	if u.KeepAliveDeathThreshold, err = durationIn("keep_alive_death_threshold", o.KeepAliveDeathThreshold, taskling.MinThreshold, taskling.MaxThreshold); err != nil {
 		return u, err
 	}
-	if u.OverrideThreshold, err = durationAtLeast("override_threshold", o.OverrideThreshold, taskling.MinThreshold); err != nil {
+	if u.OverrideThreshold, err = durationIn("override_threshold", o.OverrideThreshold, taskling.MinThreshold, taskling.MaxThreshold); err != nil {
 		return u, err
 	}
 	if u.KeepAliveInterval != nil && u.KeepAliveDeathThreshold != nil && *u.KeepAliveDeathThreshold < 2**u.KeepAliveInterval {
@@ -378,7 +379,7 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	return u, checkBy("by", o.By)
 }
 
-func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration, error) {
+func durationIn(field string, s *string, min, max time.Duration) (*time.Duration, error) {
 	if s == nil {
 		return nil, nil
 	}
@@ -389,7 +390,26 @@ func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration
 	if d < min {
 		return nil, &FieldError{field, fmt.Sprintf("is %s; want at least %s", d, min)}
 	}
+	if d > max {
+		return nil, &FieldError{field, fmt.Sprintf("is %s; want at most %s", d, max)}
+	}
 	return &d, nil
+}
+
+// settingsField is the API's name of a setting TaskSettings names Field ("KeepAliveInterval" →
+// "keep_alive_interval").
+func settingsField(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 const maxBody = 64 << 10
@@ -456,6 +476,12 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 	}
 	update.By = h.operator(r, req.By)
 	if err := h.client.UpdateTaskSettings(r.Context(), app, task, update); err != nil {
+		// Overrides that the declared settings do not fit: name the field at fault.
+		var se *taskling.SettingsError
+		if errors.As(err, &se) {
+			writeError(w, http.StatusBadRequest, settingsField(se.Field), se.Error())
+			return
+		}
 		h.fail(w, r, err)
 		return
 	}
