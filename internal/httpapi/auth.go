@@ -7,8 +7,10 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Who may do what, when Options.Token is set:
@@ -166,10 +168,21 @@ func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie
 	}
 }
 
-// safeNext keeps a post-login destination inside the handler: a relative path, never another
-// host ("//evil", "https://…") or a climb out ("../").
+// safeNext keeps a post-login destination inside the handler: a path relative to its root. It
+// is parsed as a URL, as the browser will: no scheme, no host, no user, no leading "/", no
+// backslash (browsers read it as "/"), no control, space or format character (browsers drop tabs
+// and newlines, so "\t//evil" would become "//evil"), not even percent-encoded, no ".." segment.
+// Anything else is "".
 func safeNext(next string) string {
-	if next == "" || strings.HasPrefix(next, "/") || strings.Contains(next, "\\") || strings.Contains(next, "..") || strings.Contains(next, ":") {
+	odd := func(r rune) bool {
+		return r == '\\' || unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)
+	}
+	if next == "" || strings.ContainsFunc(next, odd) {
+		return ""
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || strings.ContainsFunc(u.Path, odd) ||
+		strings.HasPrefix(u.Path, "/") || slices.Contains(strings.Split(u.Path, "/"), "..") {
 		return ""
 	}
 	return next

@@ -122,7 +122,7 @@ func TestSignInRedirectsStayInsideTheHandler(t *testing.T) {
 	t.Parallel()
 	srv, _ := mounted(t)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, next := range []string{"//evil.example", "https://evil.example/", "/etc", "../admin", `\\evil`} {
+	for _, next := range []string{"//evil.example", "https://evil.example/", "/etc", "../admin", `\\evil`, "\t//evil.example", "\n//evil.example"} {
 		resp, err := noFollow.PostForm(srv.URL+"/taskling/login", url.Values{"token": {token}, "next": {next}})
 		require.NoError(t, err)
 		readBody(t, resp)
