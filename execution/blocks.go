@@ -595,23 +595,23 @@ var ErrBlockNotFound = errors.New("no such block")
 
 // ForceBlock queues block id to be taken first by the next execution of its task that asks for
 // blocks of its kind (again: once queued, forcing it is a no-op until taken), and records the
-// operator change ("block #ID": its status → forced) in the same statement. It returns the
-// block's task.
-func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, error) {
+// operator change ("block #ID": its status → forced) in the same statement; forced_by is the
+// principal. It returns the block's task.
+func (s *Store) ForceBlock(ctx context.Context, id int64, op Operator) (int64, error) {
 	var task int64
 	err := s.pool.QueryRow(ctx, `
 WITH b AS (SELECT id, task_id, status FROM taskling.block WHERE id = $1),
 ins AS (
-    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $2 FROM b
+    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $3 FROM b
     ON CONFLICT (block_id) WHERE taken_at IS NULL DO NOTHING
     RETURNING block_id
 ),
 ch AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT b.task_id, $2, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT b.task_id, $2, $3, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
     FROM b JOIN ins ON ins.block_id = b.id
 )
-SELECT task_id FROM b`, id, by).Scan(&task)
+SELECT task_id FROM b`, id, op.By, op.Principal).Scan(&task)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("execution: block %d: %w", id, ErrBlockNotFound)
 	}
