@@ -174,7 +174,8 @@ func TestDashboardInARealBrowser(t *testing.T) {
 
 // checkRaisedLimit: a fresh load of the task page at url shows the limit raised to 3 in the
 // browser, its source and the new holder, and the change in the task's changes — when, who (the
-// dashboard's session and the browser's address), the field, old → new.
+// principal the browser signed in as, TASKLING_API_TOKEN's "token", and the by, that principal
+// too), the field, old → new.
 func checkRaisedLimit(t *testing.T, bctx context.Context, url string, holder int64) {
 	t.Helper()
 	require.NoError(t, chromedp.Do(bctx,
@@ -185,7 +186,7 @@ func checkRaisedLimit(t *testing.T, bctx context.Context, url string, holder int
 	require.Contains(t, summary, "override")
 	require.Contains(t, summary, "2 / 3")
 	changes := text(t, bctx, `#changes tbody`)
-	require.Contains(t, changes, "dashboard@127.0.0.1\tconcurrency_limit\tinherited → 3")
+	require.Contains(t, changes, "token\ttoken\tconcurrency_limit\tinherited → 3")
 }
 
 // openBrowser starts headless Chromium for the test (closed when it ends); the test's steps in

@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -51,4 +53,37 @@ func FuzzSafeNext(f *testing.F) {
 		require.Equal(t, "dashboard.example", u.Host, "%q became %q", next, got)
 		require.Equal(t, "http", u.Scheme)
 	})
+}
+
+// TestFailuresLockAnAddressOutAfterTenInAMinute: the tenth refused sign-in within a minute locks
+// the address out for 60 s; failures older than a minute do not count; other addresses are not
+// affected.
+func TestFailuresLockAnAddressOutAfterTenInAMinute(t *testing.T) {
+	t.Parallel()
+	var f failures
+	t0 := time.Now()
+	for i := 0; i < 9; i++ {
+		n, locked := f.fail("10.0.0.1", t0.Add(time.Duration(i)*time.Second))
+		require.Equal(t, i+1, n)
+		require.False(t, locked)
+	}
+	// A minute after the first, it no longer counts.
+	n, locked := f.fail("10.0.0.1", t0.Add(time.Minute))
+	require.Equal(t, 9, n)
+	require.False(t, locked)
+	at := t0.Add(time.Minute + time.Second/2)
+	n, locked = f.fail("10.0.0.1", at)
+	require.Equal(t, 10, n)
+	require.True(t, locked)
+	require.True(t, f.locked("10.0.0.1", at.Add(59*time.Second)))
+	require.False(t, f.locked("10.0.0.1", at.Add(60*time.Second)), "for 60 s")
+	require.False(t, f.locked("10.0.0.2", at))
+
+	// Memory is bounded: past maxTracked addresses, the quiet ones are forgotten.
+	for i := range maxTracked {
+		f.fail("a"+strconv.Itoa(i), at)
+	}
+	require.Len(t, f.addrs, maxTracked, "full: a new address is not counted while every one has a recent failure")
+	f.fail("late", at.Add(2*time.Minute))
+	require.Len(t, f.addrs, 1, "past their window and lock, the others are forgotten")
 }
