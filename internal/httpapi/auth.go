@@ -86,7 +86,7 @@ func (h *Handler) identifyOnce(r *http.Request) (identity, error) {
 	if h.source == nil {
 		return identity{}, nil
 	}
-	set, _ := h.principals(r.Context())
+	set := h.principals(r.Context())
 	if v := r.Header.Get("Authorization"); v != "" {
 		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
 			addr := remoteHost(r)
@@ -125,28 +125,29 @@ func (h *Handler) identifyOnce(r *http.Request) (identity, error) {
 
 // principals returns the principals known now; when the file changed, the sessions of the
 // principals it no longer has with the same token end, and a refused file is logged.
-func (h *Handler) principals(ctx context.Context) (*principals.Set, error) {
+func (h *Handler) principals(ctx context.Context) *principals.Set {
 	set, change := h.source.Current()
 	if change == nil {
-		return set, nil
+		return set
 	}
 	if change.Problem != "" {
 		h.log.Error("taskling http: the principals file is refused; until it is fixed only TASKLING_API_TOKEN signs in",
 			zap.String("file", h.opts.PrincipalsFile), zap.String("problem", change.Problem))
 	}
 	if len(change.Gone) > 0 {
-		// A request's context may end first: the sessions are refused anyway (credential).
+		// Not bound by the request's context: the rows go even if its client leaves. Should it
+		// fail, the sessions are refused anyway, as their credential no longer matches.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.RequestTimeout)
 		defer cancel()
 		n, err := h.client.APISessions().EndAll(ctx, change.Gone...)
 		if err != nil {
 			h.log.Error("taskling http: end the sessions of removed principals", zap.Strings("principals", change.Gone), zap.Error(err))
-			return set, err
+			return set
 		}
 		h.log.Info("taskling http: principals removed or given a new token; their sessions ended",
 			zap.Strings("principals", change.Gone), zap.Int64("sessions", n))
 	}
-	return set, nil
+	return set
 }
 
 // credential is what a session of p is checked against: a fingerprint of its token's hash, so
@@ -294,12 +295,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	set, err := h.principals(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	p, ok := set.Authenticate(r.PostFormValue("token"))
+	p, ok := h.principals(r.Context()).Authenticate(r.PostFormValue("token"))
 	if !ok {
 		h.refused(addr, "sign-in form")
 		h.renderLogin(w, r, http.StatusUnauthorized, "That is not the token of any principal of this server.")
@@ -379,7 +375,7 @@ func quoteOr(s, empty string) string {
 
 func unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="taskling"`)
-	writeError(w, http.StatusUnauthorized, "Authorization", "missing or wrong bearer token (Authorization: Bearer TOKEN, a principal's token or TASKLING_API_TOKEN)")
+	writeError(w, http.StatusUnauthorized, "Authorization", "missing or wrong bearer token (Authorization: Bearer $TASKLING_API_TOKEN, or a principal's token)")
 }
 
 func tooManyFailures(w http.ResponseWriter) {
