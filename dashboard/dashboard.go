@@ -46,8 +46,9 @@
 // (`taskling tokens add alice --role operate --file FILE` makes a token and appends it). The
 // file is read again when it changes, within a second of the next request; a principal removed
 // or given a new token loses its sessions; an invalid file leaves only Options.Token signing in
-// until it is fixed (and is logged). Without principals the handler is read-only: every read is
-// public and every change gets 403. With principals:
+// until it is fixed (and is logged). With neither Token nor PrincipalsFile the handler is
+// read-only: every read is public and every change gets 403. With either (even a file without a
+// principal yet):
 //   - reads — the API, the pages and /metrics — need a principal, unless Options.PublicReads
 //     (or, for /metrics alone, Options.PublicMetrics) opens them; changes need one of the
 //     operate role (a read principal gets 403);

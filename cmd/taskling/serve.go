@@ -39,12 +39,12 @@ func newServeCommand(e *env) *cobra.Command {
 
 Principals may sign in: those of the --principals file (see 'taskling tokens'), each of the read
 or the operate role, and TASKLING_API_TOKEN (at least 32 bytes, e.g. from
-'openssl rand -base64 32'), the operator "token". With any principal, every request needs a
-principal's token: scripts and Prometheus send "Authorization: Bearer TOKEN", browsers sign in
-once on the dashboard. Changes need the operate role (read gets 403). --public-reads serves reads
-(API, dashboard, /metrics) without a token; --public-metrics serves /metrics alone without one.
-Without principals the server is read-only and every read is public. An edit of the principals
-file takes effect within a second or two of the next request; a removed principal's sessions end.
+'openssl rand -base64 32'), the operator "token". With either, every request needs a principal's
+token: scripts and Prometheus send "Authorization: Bearer TOKEN", browsers sign in once on the
+dashboard. Changes need the operate role (read gets 403). --public-reads serves reads (API,
+dashboard, /metrics) without a token; --public-metrics serves /metrics alone without one. With
+neither, the server is read-only and every read is public. An edit of the principals file takes
+effect within a second or two of the next request; a removed principal's sessions end.
 
 --tls-cert and --tls-key (both or neither) serve HTTPS; session cookies are then Secure.
 Requests whose Host is not one of --allowed-hosts get 421 (default: the host of --addr,

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 
@@ -264,11 +265,7 @@ func tables(text string) []string {
 
 // replace writes text to a temporary file beside path (mode 0600) and renames it over path.
 func replace(path string, text []byte) error {
-	dir, base := ".", path
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		dir, base = path[:i+1], path[i+1:]
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("principals: %w", err)
 	}
