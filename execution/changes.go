@@ -36,7 +36,7 @@ const (
 var ErrTaskRetired = errors.New("taskling: task is retired")
 
 // Change is one recorded operator change. Old and New are nil for "not overridden"; Principal is
-// nil on the rows written before migration 0017 (or by older binaries).
+// nil on the rows written before migration 0016 (or by older binaries).
 type Change struct {
 	ID        int64     `db:"id"`
 	At        time.Time `db:"at"`

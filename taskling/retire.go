@@ -124,7 +124,7 @@ type Change struct {
 	ID int64
 	At time.Time
 	By string
-	// Principal is "" on the changes recorded before migration 0017, or by older binaries.
+	// Principal is "" on the changes recorded before migration 0016, or by older binaries.
 	Principal string
 	Field     string
 	Old       *string

@@ -12,14 +12,14 @@ import (
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// TestAPISessionsUpgradeKeepsTasksAndTrail: 0018 (the sign-in sessions' table) on a database of
+// TestAPISessionsUpgradeKeepsTasksAndTrail: 0017 (the sign-in sessions' table) on a database of
 // the version before in use: a holder keeps its slot, overrides and the trail stay, and
 // sessions start, are found and end.
 func TestAPISessionsUpgradeKeepsTasksAndTrail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.NewEmptyDB(t)
-	require.NoError(t, migrations.UpTo(ctx, pool, 17))
+	require.NoError(t, migrations.UpTo(ctx, pool, 16))
 
 	const app, task = "app", "task"
 	old := newClient(t, pool, steady(1))

@@ -11,7 +11,7 @@ import (
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// TestPrincipalsUpgradeKeepsTheTrail: 0017 (the principal of operator changes) on a database of
+// TestPrincipalsUpgradeKeepsTheTrail: 0016 (the principal of operator changes) on a database of
 // the version before, with a task, its overrides and its trail: the old changes stay, without a
 // principal; a binary older than the migration still records changes (without one); a change
 // of this one records its principal beside its by.
@@ -19,7 +19,7 @@ func TestPrincipalsUpgradeKeepsTheTrail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := pgtest.NewEmptyDB(t)
-	require.NoError(t, migrations.UpTo(ctx, pool, 16))
+	require.NoError(t, migrations.UpTo(ctx, pool, 15))
 
 	const app, task = "app", "task"
 	old := newClient(t, pool, steady(2))
