@@ -608,13 +608,13 @@ func forceLockSQL(task string) string {
 // ForceBlock queues block id to be taken first by the next execution of its task that asks for
 // blocks of its kind (again: once queued, forcing it is a no-op until taken), and records the
 // operator change ("block #ID": its status → forced) in the same statement, under the task's
-// force lock (forceLockClass). It returns the block's task.
-func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, error) {
+// force lock (forceLockClass); forced_by is the principal. It returns the block's task.
+func (s *Store) ForceBlock(ctx context.Context, id int64, op Operator) (int64, error) {
 	var task int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(forceLockSQL("task_id")+` FROM taskling.block WHERE id = $1`, id)
-		b.Queue(forceBlockSQL, id, by).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
+		b.Queue(forceBlockSQL, id, op.By, op.Principal).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -629,13 +629,13 @@ func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, err
 const forceBlockSQL = `
 WITH b AS (SELECT id, task_id, status FROM taskling.block WHERE id = $1),
 ins AS (
-    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $2 FROM b
+    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $3 FROM b
     ON CONFLICT (block_id) WHERE taken_at IS NULL DO NOTHING
     RETURNING block_id
 ),
 ch AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT b.task_id, $2, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT b.task_id, $2, $3, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
     FROM b JOIN ins ON ins.block_id = b.id
 )
 SELECT task_id FROM b`

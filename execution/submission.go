@@ -284,19 +284,19 @@ WITH c AS (
     WHERE id = $1 AND status IN (1, 2)
     RETURNING id, task_id, status
 ), ch AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT c.task_id, $3, 'submission #' || c.id, CASE WHEN c.status = 5 THEN 'waiting' ELSE 'in_progress' END,
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT c.task_id, $3, $4, 'submission #' || c.id, CASE WHEN c.status = 5 THEN 'waiting' ELSE 'in_progress' END,
         CASE WHEN c.status = 5 THEN 'cancelled' ELSE 'cancel requested' END || CASE WHEN $2 = '' THEN '' ELSE ': ' || $2 END
     FROM c
 )
 SELECT c.status, pg_notify('` + notifyChannel + `', 'c' || c.id) IS NULL FROM c`
 
 // CancelSubmission cancels submission id, recording the operator change ("submission #ID") by
-// by: found is false when it does not exist or has already finished (completed, dead or
+// op: found is false when it does not exist or has already finished (completed, dead or
 // cancelled).
-func (s *Store) CancelSubmission(ctx context.Context, id int64, reason, by string) (status int16, found bool, err error) {
+func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, op Operator) (status int16, found bool, err error) {
 	var ignored bool
-	err = s.pool.QueryRow(ctx, cancelSubmissionSQL, id, reason, by).Scan(&status, &ignored)
+	err = s.pool.QueryRow(ctx, cancelSubmissionSQL, id, reason, op.By, op.Principal).Scan(&status, &ignored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

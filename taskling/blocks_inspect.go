@@ -3,7 +3,6 @@ package taskling
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -169,24 +168,16 @@ func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInf
 	return out, nil
 }
 
-// ForceBlock asks that block id run again: the next execution of its task that asks for blocks
-// of its kind takes it first, whatever its status (a live one once it is no longer live), as a
-// new attempt. forcedBy names who asked (recorded; required, and checked by ValidateOperator).
-// Forcing a block already queued is a no-op. Until it is taken, the cleanup keeps the block,
-// whatever its age. An unknown id (or one the cleanup is deleting at that moment) is an error
-// wrapping ErrNotFound.
+// ForceBlock asks that block id run again (see Operations.ForceBlock), recorded as made by the
+// operator named forcedBy, which is required.
+//
+// Deprecated: use c.As(Operator{Name: forcedBy}).ForceBlock(ctx, id), which records the same
+// (and, with an empty Name, records "library@" and this client's host name).
 func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) error {
 	if forcedBy == "" {
 		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)
 	}
-	if err := ValidateOperator("ForceBlock: forcedBy", forcedBy); err != nil {
-		return err
-	}
-	_, err := c.store.ForceBlock(ctx, id, forcedBy)
-	if errors.Is(err, execution.ErrBlockNotFound) {
-		return notFound(fmt.Sprintf("block %d", id))
-	}
-	return err
+	return c.As(Operator{Name: forcedBy}).ForceBlock(ctx, id)
 }
 
 // BlockCount is how many blocks of a task are in one status, and how many of those are at their

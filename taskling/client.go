@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -363,92 +362,26 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 	return s, es, err
 }
 
-// UpdateTaskSettings stores operator overrides for a task (creating its row if needed). nil
-// fields are left as they are. The next start on every host obeys them, whatever its own
-// settings declare; waiters are woken so that a raised limit admits them at once. Each field
-// whose value changes is recorded in the task's audit trail (TaskChanges), in the same
-// transaction, as changed by update.By (default: this client's host name). A retired task's
-// Enabled cannot be changed (ErrTaskRetired): unretire it first. A refused update writes nothing.
-//
-// An update of the liveness settings (DeathMode, KeepAliveInterval, KeepAliveDeathThreshold,
-// OverrideThreshold) is checked as it would be in force: the overrides over the settings a host
-// of the task last declared (before any host did, over this client's own settings for the task).
-// Overrides that no start would accept — a threshold under twice the declared interval, Override
-// mode with no threshold — are refused with a *SettingsError (ErrInvalidSettings) naming the
-// field and where each value comes from.
+// UpdateTaskSettings stores operator overrides for a task (see Operations.UpdateTaskSettings),
+// recorded as made by the operator named by update.By (deprecated; "" means "library@" and this
+// client's host name).
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
-	if err := validateOwnTask(app, task); err != nil {
-		return err
-	}
-	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
-		return fmt.Errorf("%w: DeathMode (operator override) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, int(*update.DeathMode))
-	}
-	if err := update.toStore().ValidateFields(); err != nil {
-		return err // before the task row is created: a refused update writes nothing
-	}
-	if err := update.retention().ValidateFields(); err != nil {
-		return err
-	}
-	by, err := c.operator("SettingsUpdate.By", update.By)
-	if err != nil {
-		return err
-	}
-	id, err := c.taskID(ctx, app, task)
-	if err != nil {
-		return err
-	}
-	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by,
-		FallbackAs: "this client's settings, as no host declared any yet"}
-	if change.Set.Liveness() {
-		_, own, err := c.declared(ctx, app, task)
-		if err != nil {
-			return err
-		}
-		change.Fallback = &own
-	}
-	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
-		if se := (*SettingsError)(nil); errors.As(err, &se) {
-			return fmt.Errorf("taskling: overrides of %s/%s: %w", app, task, se)
-		}
-		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
-	}
-	return nil
+	return c.As(Operator{Name: update.By}).UpdateTaskSettings(ctx, app, task, update)
 }
 
-// ClearOverrides removes every operator override of a task: it returns to the settings its
-// requesters declare. It is ClearOverridesBy with this client's host name as who.
+// ClearOverrides removes every operator override of a task (see Operations.ClearOverrides),
+// recorded as made by "library@" and this client's host name.
 func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
-	return c.ClearOverridesBy(ctx, app, task, "")
+	return c.As(Operator{}).ClearOverrides(ctx, app, task)
 }
 
-// ClearOverridesBy removes every operator override of a task, recording in its audit trail each
-// one removed as changed by by ("" means this client's host name). A retired task stays
-// retired (and disabled) and returns to its declared settings when unretired.
+// ClearOverridesBy is ClearOverrides recorded as made by the operator named by ("" means
+// "library@" and this client's host name).
+//
+// Deprecated: use c.As(Operator{Name: by}).ClearOverrides(ctx, app, task), which records the
+// same.
 func (c *Client) ClearOverridesBy(ctx context.Context, app, task, by string) error {
-	if err := validateOwnTask(app, task); err != nil {
-		return err
-	}
-	by, err := c.operator("by", by)
-	if err != nil {
-		return err
-	}
-	id, ok, err := c.store.FindTask(ctx, app, task)
-	if err != nil || !ok {
-		return err
-	}
-	if _, err := c.store.ChangeOverrides(ctx, id, execution.OverridesChange{Clear: true, By: by}); err != nil {
-		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
-	}
-	return nil
-}
-
-// operator is who makes an operator change: by, or this client's host name when by is "". It
-// must pass ValidateOperator; field names it.
-func (c *Client) operator(field, by string) (string, error) {
-	if by == "" {
-		return c.host, nil
-	}
-	return by, ValidateOperator(field, by)
+	return c.As(Operator{Name: by}).ClearOverrides(ctx, app, task)
 }
 
 func (c *Client) isClosed() bool {

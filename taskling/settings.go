@@ -279,8 +279,12 @@ type SettingsUpdate struct {
 	KeepCompleted *time.Duration
 	KeepFailed    *time.Duration
 	KeepBlocked   *time.Duration
-	// By names who makes the change, in the task's audit trail (TaskChanges); "" means the
-	// client's host name. It is not a setting: Task reports it empty.
+	// By names who makes the change, in the task's audit trail (TaskChanges), when the update
+	// goes through Client.UpdateTaskSettings: it is the Operator's Name ("" means "library@" and
+	// the client's host name). Operations.UpdateTaskSettings ignores it. It is not a setting:
+	// Task reports it empty.
+	//
+	// Deprecated: use client.As(Operator{Name: by}).UpdateTaskSettings, which records the same.
 	By string
 }
 

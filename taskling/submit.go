@@ -282,39 +282,19 @@ func (c *Client) SubmissionAttempts(ctx context.Context, id int64) ([]int64, err
 // MaxCancelReasonLength is the longest cancel reason, in bytes.
 const MaxCancelReasonLength = 2000
 
-// CancelSubmission cancels submission id. A waiting one is cancelled at once and never runs. A
-// running one's Execution.Context() is cancelled with a cause wrapping ErrSubmissionCancelled
-// (within a moment, by notification; at the latest at its next heartbeat); it becomes cancelled
-// when its attempt ends, or completed if the attempt completes anyway. The error wraps
-// ErrNotFound for an unknown id and ErrSubmissionFinished for one already completed, dead or
-// cancelled. The cancel is recorded in the task's audit trail (TaskChanges) as made by this
-// client's host name; CancelSubmissionBy names someone else.
+// CancelSubmission cancels submission id (see Operations.CancelSubmission), recorded as made by
+// "library@" and this client's host name.
 func (c *Client) CancelSubmission(ctx context.Context, id int64, reason string) (Submission, error) {
-	return c.CancelSubmissionBy(ctx, id, reason, "")
+	return c.As(Operator{}).CancelSubmission(ctx, id, reason)
 }
 
-// CancelSubmissionBy is CancelSubmission recorded as made by by ("" means this client's host
-// name).
+// CancelSubmissionBy is CancelSubmission recorded as made by the operator named by ("" means
+// "library@" and this client's host name).
+//
+// Deprecated: use c.As(Operator{Name: by}).CancelSubmission(ctx, id, reason), which records the
+// same.
 func (c *Client) CancelSubmissionBy(ctx context.Context, id int64, reason, by string) (Submission, error) {
-	if err := validateText("reason", reason, MaxCancelReasonLength); err != nil {
-		return Submission{}, err
-	}
-	by, err := c.operator("by", by)
-	if err != nil {
-		return Submission{}, err
-	}
-	_, found, err := c.store.CancelSubmission(ctx, id, reason, by)
-	if err != nil {
-		return Submission{}, err
-	}
-	sub, err := c.Submission(ctx, id)
-	if err != nil {
-		return sub, err
-	}
-	if !found {
-		return sub, fmt.Errorf("%w: submission %d is %s", ErrSubmissionFinished, id, sub.Status)
-	}
-	return sub, nil
+	return c.As(Operator{Name: by}).CancelSubmission(ctx, id, reason)
 }
 
 // errCancelled is the cause of a cancelled submission's context.

@@ -99,7 +99,7 @@ once it is not). Forcing a block already queued changes nothing.`,
 				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if err := c.ForceBlock(ctx, id, e.operator(by)); err != nil {
+				if err := e.as(c, by).ForceBlock(ctx, id); err != nil {
 					return err
 				}
 				return e.showBlock(ctx, c, id)

@@ -164,7 +164,7 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if _, err := c.CancelSubmissionBy(ctx, id, reason, e.operator(by)); err != nil {
+				if _, err := e.as(c, by).CancelSubmission(ctx, id, reason); err != nil {
 					return err
 				}
 				return e.showSubmission(ctx, c, id)

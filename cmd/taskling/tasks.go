@@ -34,7 +34,7 @@ func newTasksCommand(e *env) *cobra.Command {
 			if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
 				return err
 			}
-			if err := c.ClearOverridesBy(ctx, app, task, e.operator(clearBy)); err != nil {
+			if err := e.as(c, clearBy).ClearOverrides(ctx, app, task); err != nil {
 				return err
 			}
 			return e.showTask(ctx, c, app, task)
@@ -171,9 +171,8 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 		if err := checkBy(by); err != nil {
 			return err
 		}
-		u.By = e.operator(by)
 		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-			if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
+			if err := e.as(c, by).UpdateTaskSettings(ctx, app, task, u); err != nil {
 				return err
 			}
 			return e.showTask(ctx, c, app, task)

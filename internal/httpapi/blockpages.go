@@ -47,7 +47,7 @@ var blockStatusOrder = []taskling.BlockStatus{taskling.BlockNotStarted, taskling
 // canForce reports whether the page offers to force blocks: the browser may make changes. Any
 // block can be forced; one already forced shows that instead of the button.
 func canForce(p page, b taskling.BlockInfo) bool {
-	return p.CanWrite && p.SignedIn && !b.ForcePending
+	return p.MayChange && !b.ForcePending
 }
 
 func (h *Handler) loadTaskBlocks(r *http.Request, p page, app, task string) (taskBlocks, error) {

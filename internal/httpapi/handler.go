@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
 )
@@ -26,6 +27,8 @@ import (
 // face of this package.
 type Options struct {
 	Token           string
+	PrincipalsFile  string
+	AllowedHosts    []string
 	PublicReads     bool
 	PublicMetrics   bool
 	BasePath        string
@@ -39,13 +42,17 @@ const DefaultRequestTimeout = 10 * time.Second
 
 // Handler serves the API, the dashboard and the metrics of one taskling client.
 type Handler struct {
-	client  *taskling.Client
-	opts    Options
-	session string // the session cookie's value
-	log     *zap.Logger
-	mux     *http.ServeMux
-	metrics http.Handler
-	pages   *pages
+	client *taskling.Client
+	opts   Options
+	// source is who may sign in: the principals file's and the single token's; nil: nobody, the
+	// server is read-only.
+	source   *principals.Source
+	failures failures // refused sign-ins by address
+	hosts    map[string]bool
+	log      *zap.Logger
+	mux      *http.ServeMux
+	metrics  http.Handler
+	pages    *pages
 }
 
 // New returns the handler for client.
@@ -74,14 +81,21 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if h.opts.RequestTimeout <= 0 {
 		h.opts.RequestTimeout = DefaultRequestTimeout
 	}
-	if h.opts.Token != "" {
-		h.session = sessionValue(h.opts.Token)
+	var err error
+	if h.opts.Token != "" || h.opts.PrincipalsFile != "" {
+		src, err := principals.NewSource(h.opts.PrincipalsFile, h.opts.Token)
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: Options.PrincipalsFile: %w", err)
+		}
+		h.source = src
+	}
+	if h.hosts, err = allowedHosts(h.opts.AllowedHosts); err != nil {
+		return nil, err
 	}
 	h.log = h.opts.Logger
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
-	var err error
 	if h.pages, err = newPages(); err != nil {
 		return nil, err
 	}
@@ -147,12 +161,17 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler. A request's database work is bounded by
-// Options.RequestTimeout.
+// ServeHTTP implements http.Handler. A request for a host not allowed gets 421; a request's
+// database work is bounded by Options.RequestTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, "Host", "this server does not serve the host "+strconv.Quote(r.Host)+" (taskling serve --allowed-hosts)")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, whoKey{}, &who{})
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -326,7 +345,7 @@ type OverridesRequest struct {
 	KeepAliveInterval       *string `json:"keep_alive_interval"`
 	KeepAliveDeathThreshold *string `json:"keep_alive_death_threshold"`
 	OverrideThreshold       *string `json:"override_threshold"`
-	// By names who asks, recorded in the task's changes before how the request came.
+	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
 }
 
@@ -474,8 +493,7 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
 		return
 	}
-	update.By = h.operator(r, req.By)
-	if err := h.client.UpdateTaskSettings(r.Context(), app, task, update); err != nil {
+	if err := h.as(r, req.By).UpdateTaskSettings(r.Context(), app, task, update); err != nil {
 		// Overrides that the declared settings do not fit: name the field at fault.
 		var se *taskling.SettingsError
 		if errors.As(err, &se) {
@@ -494,7 +512,7 @@ func (h *Handler) clearOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	if err := h.client.ClearOverridesBy(r.Context(), app, task, h.operator(r, "")); err != nil {
+	if err := h.as(r, "").ClearOverrides(r.Context(), app, task); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -169,7 +169,7 @@ func (h *Handler) cancelSubmission(w http.ResponseWriter, r *http.Request) {
 		badField(w, err)
 		return
 	}
-	if _, err := h.client.CancelSubmissionBy(r.Context(), id, req.Reason, h.operator(r, "")); err != nil {
+	if _, err := h.as(r, "").CancelSubmission(r.Context(), id, req.Reason); err != nil {
 		h.fail(w, r, err)
 		return
 	}
