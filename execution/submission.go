@@ -109,7 +109,7 @@ WHERE s.id IN (
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header::text::bytea AS header, s.attempts, s.max_attempts`
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts`
 
 // ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
 // queue order (none when there is none to claim).
@@ -225,7 +225,7 @@ const submissionColumns = `sub.id, sub.task_id, d.application_name, d.task_name,
     CASE WHEN sub.status = 1 THEN 1 + (SELECT count(*) FROM taskling.submission a
         WHERE a.task_id = sub.task_id AND a.status = 1
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
-    sub.priority, sub.reference_value, sub.header::text::bytea AS header, sub.attempts, sub.max_attempts,
+    sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
     sub.submitted_at, sub.updated_at, sub.finished_at`
 

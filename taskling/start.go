@@ -48,6 +48,7 @@ type StartOptions struct {
 
 	scheduledFor *time.Time
 	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
+	storedHeader []byte        // the submission's header as stored: jsonb's text, passed as is (work.go)
 	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
 }
 
@@ -82,8 +83,12 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	} else if opts.Idempotent {
 		return nil, fmt.Errorf("%w: StartOptions.Idempotent needs a StartOptions.ReferenceValue", ErrInvalidArgument)
 	}
-	if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
-		return nil, err
+	// A stored header is jsonb's own text, whose spaces and expanded numbers may make it longer
+	// than the header submitted: it goes on as it is.
+	if req.Header = opts.storedHeader; req.Header == nil {
+		if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
+			return nil, err
+		}
 	}
 	settings, declared, err := c.declared(ctx, app, task)
 	if opts.section != nil {

@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -185,10 +184,7 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	if err != nil || sub == nil {
 		return false, err
 	}
-	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID}
-	if sub.Header != nil {
-		opts.Header = json.RawMessage(sub.Header)
-	}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID, storedHeader: sub.Header}
 	if sub.Reference != nil {
 		opts.ReferenceValue = *sub.Reference
 	}
