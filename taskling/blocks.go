@@ -1,7 +1,6 @@
 package taskling
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,19 +296,10 @@ func wantsNew(opts *BlockOptions, validate func() error) error {
 	return validate()
 }
 
-// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes.
+// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes that
+// jsonb can store.
 func encodeValue(field string, v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
-	}
-	if len(b) > MaxBlockValueLength {
-		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(b), MaxBlockValueLength)
-	}
-	if bytes.Contains(b, []byte(`\u0000`)) {
-		return nil, fmt.Errorf("%w: %s contains a NUL character, which PostgreSQL's jsonb cannot store", ErrInvalidArgument, field)
-	}
-	return b, nil
+	return encodeJSON(field, v, MaxBlockValueLength)
 }
 
 func (o *BlockOptions) validate() error {

@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -357,19 +356,22 @@ func (c *Client) report(app, task string, req execution.AcquireRequest, res exec
 	}
 }
 
-// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON.
+// ValidateHeader checks a header as StartExecution and Submit do: JSON-encodable, at most
+// MaxHeaderLength bytes once encoded, and storable by PostgreSQL's jsonb (no \u0000 escape, no
+// unpaired surrogate escape, numbers within numeric's range). The error wraps
+// ErrInvalidArgument and names field. Tools use it to reject a bad header before submitting.
+func ValidateHeader(field string, v any) error {
+	_, err := encodeHeader(field, v)
+	return err
+}
+
+// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON that
+// jsonb can store.
 func encodeHeader(field string, v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
-	h, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
-	}
-	if len(h) > MaxHeaderLength {
-		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(h), MaxHeaderLength)
-	}
-	return h, nil
+	return encodeJSON(field, v, MaxHeaderLength)
 }
 
 // validateText checks a free-form string stored in a text column: valid UTF-8, no NUL byte
