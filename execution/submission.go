@@ -138,6 +138,26 @@ WHERE id = $1 AND claimed_by = $2 AND status = 1`, id, session)
 	return nil
 }
 
+// failStartSQL spends an attempt of a claimed submission whose attempt could not start: back to
+// waiting, or dead once its attempts are spent, with the reason.
+const failStartSQL = `
+UPDATE taskling.submission
+SET attempts = attempts + 1,
+    status = CASE WHEN attempts + 1 >= max_attempts THEN 4 ELSE 1 END,
+    finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END,
+    last_error = 'attempt ' || (attempts + 1) || ' could not start: ' || $3,
+    claimed_by = NULL, updated_at = clock_timestamp()
+WHERE id = $1 AND claimed_by = $2 AND status = 1`
+
+// FailSubmissionStart spends an attempt of submission id, claimed by session, whose attempt could
+// not start for a reason its own row gives (message): trying again would fail the same way.
+func (s *Store) FailSubmissionStart(ctx context.Context, id, session int64, message string) error {
+	if _, err := s.pool.Exec(ctx, failStartSQL, id, session, message); err != nil {
+		return fmt.Errorf("execution: record that submission %d could not start: %w", id, err)
+	}
+	return nil
+}
+
 // SetSubmissionError records why the running attempt under execID failed, before its end.
 func (s *Store) SetSubmissionError(ctx context.Context, id, execID int64, message string) error {
 	_, err := s.pool.Exec(ctx, `

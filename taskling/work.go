@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
@@ -189,6 +191,13 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 		opts.ReferenceValue = *sub.Reference
 	}
 	exec, err := c.StartExecution(stopCtx, w.app, w.task, opts)
+	if err != nil && stopCtx.Err() == nil && refusesItsRow(err) {
+		// Given back, it would be first in line again and fail the same way, forever: it costs
+		// an attempt instead, as a failed run does, and the ones behind it go on.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
+		defer cancel()
+		return true, c.store.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error())))
+	}
 	if err != nil {
 		w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
 		if stopCtx.Err() != nil {
@@ -202,6 +211,14 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	}
 	w.run(runCtx, exec)
 	return true, nil
+}
+
+// refusesItsRow reports whether a start failed because of what the submission's own row holds
+// (a value a start refuses, or one the database cannot take), not for a passing reason.
+func refusesItsRow(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.Is(err, ErrInvalidArgument) ||
+		errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || pgErr.Code == "54000")
 }
 
 // unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.
