@@ -1,6 +1,7 @@
 package taskling
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -26,6 +27,20 @@ func encodeJSON(field string, v any, max int) ([]byte, error) {
 	return b, nil
 }
 
+// storedJSON returns a JSON value read from a jsonb column (nil for none) or, when encoding/json
+// cannot read it (nested deeper than its limit of 10 000: jsonb stores deeper values written with
+// SQL), nil and why: the row still shows, with its error, and encodes as JSON.
+func storedJSON(b []byte) (json.RawMessage, string) {
+	if len(b) == 0 {
+		return nil, ""
+	}
+	if !json.Valid(b) {
+		err := json.Compact(new(bytes.Buffer), b)
+		return nil, fmt.Sprintf("the stored JSON (%d bytes) cannot be read: %v", len(b), err)
+	}
+	return b, ""
+}
+
 // jsonb's limits on numbers (PostgreSQL's numeric): at most 131 072 digits before the decimal
 // point and 16 383 after it (counting trailing zeros: jsonb keeps them); an exponent is refused
 // outright from INT_MAX/2 on.
@@ -45,9 +60,9 @@ func checkJSONB(b []byte) error {
 	for i := 0; i < len(b); {
 		switch c := b[i]; {
 		case c == '"':
-			n, err := checkJSONString(b[i:])
+			n, err := checkJSONString(b[i:], i)
 			if err != nil {
-				return fmt.Errorf("holds %w at byte %d", err, i)
+				return err
 			}
 			i += n
 		case c == '-' || '0' <= c && c <= '9':
@@ -63,8 +78,9 @@ func checkJSONB(b []byte) error {
 	return nil
 }
 
-// checkJSONString checks the string that b starts with and returns its length in bytes.
-func checkJSONString(b []byte) (int, error) {
+// checkJSONString checks the string that b starts with (at byte at of the value) and returns
+// its length in bytes.
+func checkJSONString(b []byte, at int) (int, error) {
 	for i := 1; i < len(b); i++ {
 		switch b[i] {
 		case '"':
@@ -77,12 +93,12 @@ func checkJSONString(b []byte) (int, error) {
 			r := hex4(b[i+2:])
 			switch {
 			case r == 0:
-				return 0, fmt.Errorf(`\u0000 (a NUL character)`)
+				return 0, fmt.Errorf(`contains a NUL character (\u0000 at byte %d)`, at+i)
 			case 0xDC00 <= r && r <= 0xDFFF:
-				return 0, fmt.Errorf(`\u%04x, a low surrogate without its high one`, r)
+				return 0, fmt.Errorf(`holds \u%04x at byte %d, a low surrogate without its high one`, r, at+i)
 			case 0xD800 <= r && r <= 0xDBFF:
 				if i+11 >= len(b) || b[i+6] != '\\' || b[i+7] != 'u' || hex4(b[i+8:]) < 0xDC00 || hex4(b[i+8:]) > 0xDFFF {
-					return 0, fmt.Errorf(`\u%04x, a high surrogate not followed by a low one`, r)
+					return 0, fmt.Errorf(`holds \u%04x at byte %d, a high surrogate not followed by a low one`, r, at+i)
 				}
 				i += 6
 			}

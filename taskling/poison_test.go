@@ -2,6 +2,7 @@ package taskling_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -103,4 +104,76 @@ func TestASubmissionWhoseHeaderCannotBeDecodedEndsDeadAndTheNextRuns(t *testing.
 		require.Equal(t, 2, sub.Attempts)
 		require.True(t, strings.HasPrefix(sub.LastError, "taskling: decode header of execution"), sub.LastError)
 	}
+}
+
+// deepJSONSQL is JSON that jsonb stores and encoding/json cannot read (nested deeper than 10 000):
+// a value only SQL writes, which the read paths must still show.
+const deepJSONSQL = `(repeat('[', 10001) || repeat(']', 10001))::jsonb`
+
+// TestRowsWhoseJSONCannotBeReadStillShowWithTheirError: a submission, an execution and a block
+// whose stored JSON encoding/json cannot read are listed and shown with the reason in place of
+// the value, and each answer still encodes as JSON (issue 22: one such row made the API's
+// answer, and the CLI's JSON output, fail for the whole list).
+func TestRowsWhoseJSONCannotBeReadStillShowWithTheirError(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(withLimit(2)))
+	e := b.start(t, &taskling.StartOptions{Header: 1})
+	objects, err := e.ObjectBlocks(b.ctx, []any{1, 2}, nil)
+	require.NoError(t, err)
+	sub, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: 1})
+	require.NoError(t, err)
+	good, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: 2})
+	require.NoError(t, err)
+	b.exec(t, `UPDATE taskling.submission SET header = `+deepJSONSQL+` WHERE id = $1`, sub)
+	b.exec(t, `UPDATE taskling.task_execution SET header = `+deepJSONSQL+` WHERE id = $1`, e.ID())
+	b.exec(t, `UPDATE taskling.block SET value = `+deepJSONSQL+` WHERE id = $1`, objects[0].ID)
+	encodes := func(v any) {
+		t.Helper()
+		_, err := json.Marshal(v)
+		require.NoError(t, err)
+	}
+	unreadable := func(raw json.RawMessage, why string) {
+		t.Helper()
+		require.Nil(t, raw)
+		require.Contains(t, why, "cannot be read")
+		require.Contains(t, why, "exceeded max depth")
+	}
+
+	s, err := b.client.Submission(b.ctx, sub)
+	require.NoError(t, err)
+	unreadable(s.Header, s.HeaderError)
+	encodes(s)
+	subs, err := b.client.Submissions(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	require.Len(t, subs, 2)
+	require.Equal(t, good, subs[0].ID)
+	require.JSONEq(t, `2`, string(subs[0].Header))
+	require.Empty(t, subs[0].HeaderError)
+	unreadable(subs[1].Header, subs[1].HeaderError)
+	encodes(subs)
+
+	d, err := b.client.Execution(b.ctx, e.ID())
+	require.NoError(t, err)
+	unreadable(d.Header, d.HeaderError)
+	encodes(d)
+	last, err := b.client.LastExecutions(b.ctx, b.app, b.task, 5)
+	require.NoError(t, err)
+	unreadable(last[0].Header, last[0].HeaderError)
+	page, err := b.client.Executions(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	encodes(page)
+
+	bl, err := b.client.Block(b.ctx, objects[0].ID)
+	require.NoError(t, err)
+	unreadable(bl.Value, bl.ValueError)
+	encodes(bl)
+	blocks, err := b.client.TaskBlocks(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	require.Len(t, blocks, 2)
+	encodes(blocks)
+	blocks, err = b.client.ExecutionBlocks(b.ctx, e.ID())
+	require.NoError(t, err)
+	require.Len(t, blocks, 2)
+	require.JSONEq(t, `2`, string(blocks[1].Value))
+	encodes(blocks)
 }
