@@ -83,7 +83,9 @@ type BlockOptions struct {
 	// object blocks are all created and taken whatever the cap: their items exist only in the
 	// call.
 	MaxBlocks int
-	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never).
+	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never). Dead
+	// blocks whose attempt was never started come before those started, so that a block a run
+	// dies on every time does not hold back the ones it had not reached.
 	ReprocessDead, ReprocessFailed *RetryPolicy
 	// OnlyOld creates no new blocks: only forced, dead and failed ones are taken.
 	OnlyOld bool
@@ -137,6 +139,7 @@ func (b *Block) Decode(v any) error {
 
 // Start marks the attempt started.
 func (b *Block) Start(ctx context.Context) error {
+	b.e.startedBlocks.Store(true)
 	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockStarted, nil, 0, nil)
 }
 
@@ -592,6 +595,7 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 
 // Start marks the attempt started.
 func (l *ListBlock) Start(ctx context.Context) error {
+	l.e.startedBlocks.Store(true)
 	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, execution.BlockStarted, nil, 0, nil)
 }
 

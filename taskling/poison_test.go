@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -176,4 +177,60 @@ func TestRowsWhoseJSONCannotBeReadStillShowWithTheirError(t *testing.T) {
 	require.Len(t, blocks, 2)
 	require.JSONEq(t, `2`, string(blocks[1].Value))
 	encodes(blocks)
+}
+
+// TestABlockWhoseRunPanicsEveryTimeEndsDeadAndTheBlocksBehindItRun: object blocks processed in
+// order, one of which cannot be decoded and makes every run that starts it panic. Each run's
+// panic leaves the blocks it took dead; the next run takes first the dead ones it never started,
+// so the blocks behind the poison one complete, and the poison one, once its retries are spent,
+// stays dead at its retry limit with a message naming the panic.
+func TestABlockWhoseRunPanicsEveryTimeEndsDeadAndTheBlocksBehindItRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	retry := &taskling.RetryPolicy{Within: time.Hour, RetryLimit: 2}
+	opts := &taskling.BlockOptions{ReprocessDead: retry, ReprocessFailed: retry}
+	values := []any{map[string]any{"n": "seven"}, map[string]any{"n": 1}, map[string]any{"n": 2}}
+	done := map[int]bool{}
+	var poison int64
+	for run := range 5 {
+		err := b.client.Run(b.ctx, b.app, b.task, func(ctx context.Context, e *taskling.Execution) error {
+			vals := values
+			if run > 0 {
+				vals = nil
+			}
+			blocks, err := e.ObjectBlocks(ctx, vals, opts)
+			if err != nil {
+				return err
+			}
+			for _, bl := range blocks {
+				if err := bl.Start(ctx); err != nil {
+					return err
+				}
+				var v struct{ N int }
+				if err := bl.Decode(&v); err != nil {
+					poison = bl.ID
+					panic(err)
+				}
+				done[v.N] = true
+				if err := bl.Complete(ctx, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, nil)
+		if run < 3 {
+			var p *taskling.PanicError
+			require.ErrorAs(t, err, &p, "run %d", run)
+		} else {
+			require.NoError(t, err, "run %d: the poison block is at its retry limit", run)
+		}
+	}
+	require.Equal(t, map[int]bool{1: true, 2: true}, done)
+	bl, err := b.client.Block(b.ctx, poison)
+	require.NoError(t, err)
+	require.Equal(t, taskling.BlockDead, bl.Status)
+	require.True(t, bl.AtRetryLimit)
+	require.Equal(t, 3, bl.Attempts)
+	require.Contains(t, bl.Message, "panicked")
+	require.Contains(t, bl.Message, "cannot unmarshal string")
 }
