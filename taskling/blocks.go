@@ -269,7 +269,8 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 }
 
 // ObjectBlocks gets object blocks (see BlockOptions for which): each new one holds one of values,
-// encoded as JSON (at most MaxBlockValueLength bytes).
+// encoded as JSON (at most MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header
+// says; a refused one is named values[i]).
 func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockOptions) ([]*Block, error) {
 	var encoded [][]byte
 	if err := wantsNew(opts, func() error {
@@ -424,7 +425,8 @@ const (
 )
 
 // ListBlocksRequest describes new list blocks: Items (each encoded as JSON, at most
-// MaxBlockValueLength bytes) split into blocks of at most MaxBlockSize, each with Header.
+// MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header says) split into blocks of
+// at most MaxBlockSize, each with Header.
 type ListBlocksRequest struct {
 	Items        []any
 	MaxBlockSize int

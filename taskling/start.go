@@ -28,8 +28,10 @@ type StartOptions struct {
 	// returns ErrDuplicateReference while one with the same value runs or after one completed;
 	// it is allowed again after a failed or dead one. Requires ReferenceValue.
 	Idempotent bool
-	// Header is any JSON-encodable value, stored with the execution (Execution.Header); at most
-	// MaxHeaderLength bytes once encoded.
+	// Header is any JSON-encodable value, stored with the execution (Execution.Header) as jsonb,
+	// which reads back an equal value (keys and number formatting may differ); at most
+	// MaxHeaderLength bytes once encoded. What jsonb cannot store (a \u0000 escape, an unpaired
+	// surrogate escape, a number out of numeric's range) is refused (ValidateHeader).
 	Header any
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
 	// Waiters queue in the database: slots go to the oldest waiter across every host (higher

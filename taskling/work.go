@@ -36,7 +36,9 @@ type WorkOptions struct {
 // fn returning nil completes the submission, in the same transaction that returns the slot: a
 // completed submission never runs again. fn returning an error (or panicking), or its process
 // dying at any point, sends it back to waiting for another attempt, until MaxAttempts attempts
-// were made; it is then dead.
+// were made; it is then dead. An attempt that cannot start because of what the submission holds
+// (a value a start refuses) costs an attempt too, with no execution: a submission that fails
+// every time ends dead and never holds back the ones behind it.
 //
 // When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
 // for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
