@@ -54,4 +54,12 @@ func TestOneBadRowNeverFailsTheCommands(t *testing.T) {
 	}
 	ok(t, f.url, "executions", "list", "billing/export", "-o", "json")
 	ok(t, f.url, "submissions", "cancel", itoa(deep))
+
+	// What jsonb cannot store is a usage error naming the flag.
+	for _, h := range []string{`{"a": "\u0000"}`, `"\ud800"`, `1e999999`} {
+		code, _, errOut := cli(t, f.url, "submit", "billing/report", "--header", h)
+		require.Equal(t, exitUsage, code, errOut)
+		require.Contains(t, errOut, "--header", h)
+		require.Contains(t, errOut, "jsonb", h)
+	}
 }
