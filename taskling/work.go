@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
@@ -216,11 +214,10 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 }
 
 // refusesItsRow reports whether a start failed because of what the submission's own row holds
-// (a value a start refuses, or one the database cannot take), not for a passing reason.
+// (a value a start refuses), not for a passing reason or one every submission of the task shares
+// (its settings, the database): those must not spend the attempts of the whole queue.
 func refusesItsRow(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.Is(err, ErrInvalidArgument) ||
-		errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || pgErr.Code == "54000")
+	return errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrInvalidSettings)
 }
 
 // unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.
