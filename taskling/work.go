@@ -196,7 +196,11 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 		// an attempt instead, as a failed run does, and the ones behind it go on.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
 		defer cancel()
-		return true, c.store.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error())))
+		if ferr := c.store.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error()))); ferr != nil {
+			w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
+			return false, ferr
+		}
+		return true, nil
 	}
 	if err != nil {
 		w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
