@@ -189,7 +189,9 @@ ORDER BY b.created_at, b.id`
 
 var (
 	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
+	// $9: 1 or 2, the dead blocks never started, or those started (TakeBlocks takes them in that
+	// order, each oldest first by block_pickup_idx).
+	claimDeadSQL   = claimSQL(`b.status = $9 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
 	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
 	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
         JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
@@ -243,8 +245,8 @@ const addProgressSQL = `UPDATE taskling.task_execution
 SET items_done = coalesce(items_done, 0) + $2, items_total = coalesce(items_total, 0) + $3 WHERE id = $1`
 
 // TakeBlocks serves req in one READ COMMITTED transaction and returns the blocks taken, in the
-// order forced, dead, failed, new (oldest first within each), and adds them to the execution's
-// progress.
+// order forced, dead (never started, then started), failed, new (oldest first within each), and
+// adds them to the execution's progress.
 func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockRow, error) {
 	var out []BlockRow
 	err := s.blockTx(ctx, func(tx pgx.Tx) error {
@@ -277,8 +279,13 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 			return err
 		}
 		if r := req.Dead; r != nil {
-			if err := claim(claimDeadSQL, false, r.Limit, r.Within); err != nil {
-				return err
+			// A run that dies on one block (a panic every time) leaves dead the blocks it had
+			// taken but not reached yet: they come first, so that the poison one cannot hold
+			// them back until their retries are spent.
+			for _, status := range []int16{BlockNotStarted, BlockStarted} {
+				if err := claim(claimDeadSQL, false, r.Limit, r.Within, status); err != nil {
+					return err
+				}
 			}
 		}
 		if r := req.Failed; r != nil {
@@ -459,6 +466,23 @@ func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, 
 	}
 	if n == 0 {
 		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
+	}
+	return nil
+}
+
+// noteFailureSQL gives the attempts execution $1 started and has not ended (its blocks are dead
+// once it ends) the error it failed with, unless they have a message. Served by
+// block_attempt_execution_idx.
+const noteFailureSQL = `
+UPDATE taskling.block_attempt a SET message = $2
+FROM taskling.block b
+WHERE a.execution_id = $1 AND a.status = 2 AND a.message IS NULL
+  AND b.id = a.block_id AND b.attempts = a.attempt AND b.status = 2`
+
+// NoteBlockFailure records message on the block attempts execID started and has not ended.
+func (s *Store) NoteBlockFailure(ctx context.Context, execID int64, message string) error {
+	if _, err := s.pool.Exec(ctx, noteFailureSQL, execID, message); err != nil {
+		return fmt.Errorf("execution: note the failure of execution %d on its blocks: %w", execID, err)
 	}
 	return nil
 }

@@ -23,19 +23,22 @@ const (
 
 // BlockInfo is a block as operators see it (the CLI, the HTTP API, the dashboard).
 type BlockInfo struct {
-	ID          int64           `json:"id"`
-	TaskID      int64           `json:"task_id"`
-	Kind        string          `json:"kind"`
-	FromNumber  *int64          `json:"from_number,omitempty"`
-	ToNumber    *int64          `json:"to_number,omitempty"`
-	FromTime    *time.Time      `json:"from_time,omitempty"`
-	ToTime      *time.Time      `json:"to_time,omitempty"`
-	Value       json.RawMessage `json:"value,omitempty"`
-	ItemCount   int             `json:"item_count"`
-	CreatedAt   time.Time       `json:"created_at"`
-	Attempts    int             `json:"attempts"`
-	Status      BlockStatus     `json:"status"`
-	ExecutionID int64           `json:"execution_id"`
+	ID         int64           `json:"id"`
+	TaskID     int64           `json:"task_id"`
+	Kind       string          `json:"kind"`
+	FromNumber *int64          `json:"from_number,omitempty"`
+	ToNumber   *int64          `json:"to_number,omitempty"`
+	FromTime   *time.Time      `json:"from_time,omitempty"`
+	ToTime     *time.Time      `json:"to_time,omitempty"`
+	Value      json.RawMessage `json:"value,omitempty"`
+	// ValueError says why Value is nil although the block has one: encoding/json cannot read
+	// the stored value (nested deeper than 10 000, written with SQL).
+	ValueError  string      `json:"value_error,omitempty"`
+	ItemCount   int         `json:"item_count"`
+	CreatedAt   time.Time   `json:"created_at"`
+	Attempts    int         `json:"attempts"`
+	Status      BlockStatus `json:"status"`
+	ExecutionID int64       `json:"execution_id"`
 	// ForcePending: an operator forced it and no execution has taken it yet.
 	ForcePending bool `json:"force_pending"`
 	// RetryLimit is the retry limit of the request that took its latest attempt (the larger of
@@ -70,9 +73,10 @@ var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotSta
 
 func blockInfoOf(r execution.BlockInfo) BlockInfo {
 	b := BlockInfo{ID: r.ID, TaskID: r.TaskID, Kind: BlockKind(r.Kind).String(), FromNumber: r.FromNumber, ToNumber: r.ToNumber,
-		FromTime: r.FromDate, ToTime: r.ToDate, Value: r.Value, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
+		FromTime: r.FromDate, ToTime: r.ToDate, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
 		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending, RetryLimit: r.RetryLimit,
 		AtRetryLimit: r.AtRetryLimit}
+	b.Value, b.ValueError = storedJSON(r.Value)
 	if r.Dead {
 		b.Status = BlockDead
 	}

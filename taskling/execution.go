@@ -59,6 +59,10 @@ type Execution struct {
 	section       *CriticalSection // held, released by Complete
 	sectionWait   bool             // a CriticalSection call is waiting
 
+	// startedBlocks is set once a block attempt was started: a failure is then noted on the
+	// attempts it leaves open (run.go).
+	startedBlocks atomic.Bool
+
 	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
 	// other transactions on the task) but a heartbeat that finds the execution ended is then
 	// expected, not a lost lease.

@@ -549,11 +549,3 @@ func slotOf(s execution.Slot) Slot {
 	}
 	return out
 }
-
-// headerJSON returns a stored header, nil when there is none.
-func headerJSON(h json.RawMessage) json.RawMessage {
-	if len(h) == 0 {
-		return nil
-	}
-	return h
-}

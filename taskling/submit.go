@@ -61,8 +61,8 @@ const MaxMaxAttempts = 1000
 
 // SubmitOptions are the options of a submission. A nil *SubmitOptions means all defaults.
 type SubmitOptions struct {
-	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded), handed to
-	// every attempt (Execution.Header).
+	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded, storable
+	// by jsonb: see StartOptions.Header), handed to every attempt (Execution.Header) as stored.
 	Header any
 	// ReferenceValue makes the submission idempotent: a later Submit of the task with the same
 	// value stores nothing and returns the first one's id, whatever its status. It is also the
@@ -161,8 +161,11 @@ type Submission struct {
 	Priority       int             `json:"priority"`
 	ReferenceValue string          `json:"reference_value,omitempty"`
 	Header         json.RawMessage `json:"header,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
+	// HeaderError says why Header is nil although the submission has one: encoding/json cannot
+	// read the stored value (nested deeper than 10 000, written with SQL).
+	HeaderError string `json:"header_error,omitempty"`
+	Attempts    int    `json:"attempts"`
+	MaxAttempts int    `json:"max_attempts"`
 	// ExecutionID is the execution of the current or last attempt (0: none yet); ItemsDone and
 	// ItemsTotal are its progress (Execution.SetProgress).
 	ExecutionID     int64      `json:"execution_id,omitempty"`
@@ -179,9 +182,10 @@ type Submission struct {
 func submissionOf(r execution.SubmissionRow) Submission {
 	s := Submission{
 		ID: r.ID, Application: r.Application, Task: r.Task, Status: submissionStatusOf(r.Status), Position: r.Position,
-		Priority: r.Priority, Header: headerJSON(r.Header), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+		Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 		CancelRequested: r.CancelRequestedAt != nil, SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 	}
+	s.Header, s.HeaderError = storedJSON(r.Header)
 	if r.ReferenceValue != nil {
 		s.ReferenceValue = *r.ReferenceValue
 	}

@@ -120,6 +120,8 @@ func blockSpan(b taskling.BlockInfo) string {
 		return b.FromTime.UTC().Format(time.RFC3339) + " – " + b.ToTime.UTC().Format(time.RFC3339)
 	case b.Kind == "list":
 		return fmt.Sprintf("%d items", b.ItemCount)
+	case b.ValueError != "":
+		return "(unreadable: " + b.ValueError + ")"
 	}
 	return shorten(string(b.Value), 40)
 }

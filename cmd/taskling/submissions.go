@@ -246,11 +246,7 @@ func (e *env) showSubmission(ctx context.Context, c *taskling.Client, id int64) 
 	fmt.Fprintf(w, "Attempts:   %d/%d\n", s.Attempts, s.MaxAttempts)
 	fmt.Fprintf(w, "Progress:   %s\n", submissionProgress(s.Submission))
 	fmt.Fprintf(w, "Reference:  %s\n", terminalSafe(orDash(s.ReferenceValue)))
-	header := "-"
-	if len(s.Header) > 0 {
-		header = string(s.Header)
-	}
-	fmt.Fprintf(w, "Header:     %s\n", terminalSafe(header))
+	fmt.Fprintf(w, "Header:     %s\n", terminalSafe(storedJSONText(s.Header, s.HeaderError)))
 	fmt.Fprintf(w, "Submitted:  %s\n", clock(s.SubmittedAt))
 	fmt.Fprintf(w, "Updated:    %s\n", clock(s.UpdatedAt))
 	if s.FinishedAt != nil {

@@ -158,6 +158,8 @@ func blockSpan(b taskling.BlockInfo, max int) string {
 			return "1 item"
 		}
 		return fmt.Sprintf("%d items", b.ItemCount)
+	case b.ValueError != "":
+		return "(unreadable)"
 	}
 	return shorten(string(b.Value), max)
 }

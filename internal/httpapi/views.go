@@ -148,14 +148,17 @@ type Execution struct {
 	Host           string          `json:"host"`
 	ReferenceValue *string         `json:"reference_value"`
 	Header         json.RawMessage `json:"header"`
-	FencingToken   *int64          `json:"fencing_token"`
-	ItemsDone      *int64          `json:"items_done"`
-	ItemsTotal     *int64          `json:"items_total"`
-	BlockedReason  *string         `json:"blocked_reason"`
-	ReclaimedAt    *time.Time      `json:"reclaimed_at"`
-	ScheduledFor   *time.Time      `json:"scheduled_for"`
-	LibraryVersion string          `json:"library_version"`
-	Events         []Event         `json:"events,omitempty"`
+	// HeaderError says why header is null although the execution has one (its stored JSON
+	// cannot be read).
+	HeaderError    *string    `json:"header_error,omitempty"`
+	FencingToken   *int64     `json:"fencing_token"`
+	ItemsDone      *int64     `json:"items_done"`
+	ItemsTotal     *int64     `json:"items_total"`
+	BlockedReason  *string    `json:"blocked_reason"`
+	ReclaimedAt    *time.Time `json:"reclaimed_at"`
+	ScheduledFor   *time.Time `json:"scheduled_for"`
+	LibraryVersion string     `json:"library_version"`
+	Events         []Event    `json:"events,omitempty"`
 }
 
 // Event is one event of an execution.
@@ -231,6 +234,7 @@ func NewExecution(x taskling.ExecutionInfo, events []taskling.ExecutionEvent) Ex
 	e := Execution{
 		ID: x.ID, Status: string(x.Status), StartedAt: x.StartedAt, CompletedAt: nonZeroTime(x.CompletedAt),
 		LastKeepAlive: x.LastHeartbeat, Host: x.Host, ReferenceValue: nonEmpty(x.ReferenceValue), Header: x.Header,
+		HeaderError:  nonEmpty(x.HeaderError),
 		FencingToken: nonZero(x.FencingToken), BlockedReason: nonEmpty(x.BlockedReason),
 		ReclaimedAt: nonZeroTime(x.ReclaimedAt), ScheduledFor: nonZeroTime(x.ScheduledFor),
 		LibraryVersion: x.LibraryVersion,
