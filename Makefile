@@ -36,12 +36,12 @@ demo:
 
 ## bench: run the benchmark (ARGS="..." passes arguments).
 bench:
-	$(WITH_DB) $(GO) run ./internal/cmd/bench $(ARGS)
+	$(WITH_DB) $(GO) run ./internal/devtools/cmd/bench $(ARGS)
 
 ## scale: issue 13's benchmark: 1 M executions over 1 000 tasks in a fresh database, reads,
 ## cleanup and acquisitions during it (ARGS="..." passes arguments; -h lists them).
 scale:
-	$(WITH_DB) $(GO) run ./internal/cmd/scale $(ARGS)
+	$(WITH_DB) $(GO) run ./internal/devtools/cmd/scale $(ARGS)
 
 ## chaos: the long multi-process chaos tests: faults of the workers and the server, and primary
 ## failovers (a streaming standby, synchronous and asynchronous, promoted after a SIGKILL).
@@ -51,13 +51,13 @@ chaos:
 
 ## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL).
 pg-start:
-	@$(GO) run ./internal/cmd/devdb start
+	@$(GO) run ./internal/devtools/cmd/devdb start
 
 pg-stop:
-	@$(GO) run ./internal/cmd/devdb stop
+	@$(GO) run ./internal/devtools/cmd/devdb stop
 
 pg-status:
-	@$(GO) run ./internal/cmd/devdb status
+	@$(GO) run ./internal/devtools/cmd/devdb status
 
 fmt:
 	$(GO) fmt ./...

@@ -14,10 +14,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 
 	"github.com/taskling-go/taskling/execution"
-	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 )
 
 func TestMain(m *testing.M) { testutil.VerifyNoLeaks(m) }

@@ -6,12 +6,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/migrations"
 )
 

@@ -2,7 +2,7 @@
 # with-db.sh CMD [ARG...] — run CMD with TASKLING_DATABASE_URL set.
 #
 # If TASKLING_DATABASE_URL is already set, CMD runs against that server and nothing else
-# happens. Otherwise the repo's private PostgreSQL cluster (internal/pgcluster, in
+# happens. Otherwise the repo's private PostgreSQL cluster (internal/devtools/pgcluster, in
 # .taskling/pg) is started — or reused if it runs already — and its URL exported. When CMD ends,
 # however it ends, the cluster is stopped if this script started it and no other with-db.sh
 # still uses it (devdb's leases); a cluster you started by hand keeps running.
@@ -26,7 +26,7 @@ cleanup() {
 	rm -rf "$bin"
 }
 
-(cd "$root" && "$GO" build -o "$bin/devdb" ./internal/cmd/devdb) || { rm -rf "$bin"; exit 1; }
+(cd "$root" && "$GO" build -o "$bin/devdb" ./internal/devtools/cmd/devdb) || { rm -rf "$bin"; exit 1; }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/internal/httpapi"
-	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 )

@@ -23,7 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and localhost, and its key, under dir.

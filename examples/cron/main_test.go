@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 )
 
 // TestKillingTheRunningHostHandsTheNextInstantToAnother is issue 15 item 3: the example killed a

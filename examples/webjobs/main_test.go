@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/pgtest"
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/taskling"
 )
 

@@ -25,8 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/dashboard"
-	"github.com/taskling-go/taskling/internal/pgtest"
-	"github.com/taskling-go/taskling/internal/testutil"
+	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/taskling"
 )
 

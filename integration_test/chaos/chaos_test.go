@@ -47,7 +47,7 @@ import (
 	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/taskling-go/taskling/internal/pgcluster"
+	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/pgcluster"
+	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 
 	"github.com/taskling-go/taskling/integration_test/checker"
 	"github.com/taskling-go/taskling/integration_test/ledger"

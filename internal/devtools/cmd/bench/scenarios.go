@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskling-go/taskling/internal/devtools/bench"
+	"github.com/taskling-go/taskling/taskling"
+)
+
+// scenario is one measured configuration at one isolation level.
+type scenario struct {
+	name     string
+	kind     string // the configuration, without the isolation level
+	iso      taskling.Isolation
+	maxConns int32 // the pool's size; 0: pgxpool's default, as a user gets it
+	run      func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error)
+}
+
+// Kinds of scenarios, as the report refers to them.
+const (
+	floor1      = "floor, 1 goroutine(s)"
+	floor16     = "floor, 16 goroutine(s)"
+	floor64     = "floor, 64 goroutines × 64 tasks, + execution rows"
+	uncontended = "1 goroutine(s), 1 task(s)"
+	oneTask16   = "16 goroutine(s), 1 task(s)"
+	tasks64     = "64 goroutine(s), 64 task(s)"
+	processes   = "4 processes × 4 goroutines"
+	waiting     = "limit 4, 16 goroutines waiting"
+)
+
+var isolations = []taskling.Isolation{taskling.IsolationSerializable, taskling.IsolationReadCommitted}
+
+func isoName(i taskling.Isolation) string {
+	if i == taskling.IsolationReadCommitted {
+		return "read committed"
+	}
+	return "serializable"
+}
+
+func pgxLevel(i taskling.Isolation) pgx.TxIsoLevel {
+	if i == taskling.IsolationReadCommitted {
+		return pgx.ReadCommitted
+	}
+	return pgx.Serializable
+}
+
+// allScenarios lists every scenario, each configuration at both isolation levels in a row.
+func allScenarios() []scenario {
+	var out []scenario
+	add := func(kind string, maxConns int32, run func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error)) {
+		for _, iso := range isolations {
+			prefix := "taskling "
+			if kind == floor1 || kind == floor16 || kind == floor64 {
+				prefix = ""
+			}
+			name := prefix + kind + " (" + isoName(iso) + ")"
+			out = append(out, scenario{name: name, kind: kind, iso: iso, maxConns: maxConns, run: run(iso)})
+		}
+	}
+	floor := func(g int, rows bool) func(taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+		return func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+			return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
+				if rows {
+					return bench.RawTasks(ctx, pool, pgxLevel(iso), g, e.d)
+				}
+				return bench.Raw(ctx, pool, pgxLevel(iso), g, e.d)
+			}
+		}
+	}
+	cycles := func(g, tasks int) func(taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+		return func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+			return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
+				client, err := taskling.NewClient(pool, &taskling.Config{HostName: "bench", Isolation: iso, Defaults: bench.Settings(g, tasks)})
+				if err != nil {
+					return bench.Result{}, err
+				}
+				defer client.Close()
+				return bench.Taskling(ctx, client, "bench", g, tasks, e.d)
+			}
+		}
+	}
+	add(floor1, 80, floor(1, false))
+	add(floor16, 80, floor(16, false))
+	add(floor64, 80, floor(64, true))
+	add(uncontended, 0, cycles(1, 1))
+	add(oneTask16, 0, cycles(16, 1))
+	add(tasks64, 0, cycles(64, 64))
+	add(processes, 0, func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+		return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
+			return multiProcess(ctx, pool, 4, 4, iso, e.d)
+		}
+	})
+	add(waiting, 0, func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+		return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
+			client, err := taskling.NewClient(pool, &taskling.Config{HostName: "bench", Isolation: iso,
+				Defaults: taskling.TaskSettings{ConcurrencyLimit: 4}})
+			if err != nil {
+				return bench.Result{}, err
+			}
+			defer client.Close()
+			return bench.Waiting(ctx, client, "bench", 16, 4, e.d)
+		}
+	})
+	return out
+}
+
+// ordered is the order of run r: every configuration in turn, its two isolation levels in an
+// order that alternates between runs.
+func ordered(scenarios []scenario, r int) []scenario {
+	out := make([]scenario, len(scenarios))
+	copy(out, scenarios)
+	if r%2 == 1 {
+		for i := 0; i+1 < len(out); i += 2 {
+			out[i], out[i+1] = out[i+1], out[i]
+		}
+	}
+	return out
+}
+
+func (s scenario) String() string { return fmt.Sprintf("%s (%s)", s.kind, isoName(s.iso)) }
