@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/taskling"
 )
 

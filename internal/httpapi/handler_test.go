@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/taskling"
 )
 
