@@ -18,8 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 )
