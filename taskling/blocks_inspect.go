@@ -181,7 +181,11 @@ func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) erro
 	if forcedBy == "" {
 		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)
 	}
-	return c.As(Operator{Name: forcedBy}).ForceBlock(ctx, id)
+	o, err := c.asBy("ForceBlock: forcedBy", forcedBy)
+	if err != nil {
+		return err
+	}
+	return o.ForceBlock(ctx, id)
 }
 
 // BlockCount is how many blocks of a task are in one status, and how many of those are at their

@@ -366,7 +366,11 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 // recorded as made by the operator named by update.By (deprecated; "" means "library@" and this
 // client's host name).
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
-	return c.As(Operator{Name: update.By}).UpdateTaskSettings(ctx, app, task, update)
+	o, err := c.asBy("SettingsUpdate.By", update.By)
+	if err != nil {
+		return err
+	}
+	return o.UpdateTaskSettings(ctx, app, task, update)
 }
 
 // ClearOverrides removes every operator override of a task (see Operations.ClearOverrides),
@@ -381,7 +385,11 @@ func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
 // Deprecated: use c.As(Operator{Name: by}).ClearOverrides(ctx, app, task), which records the
 // same.
 func (c *Client) ClearOverridesBy(ctx context.Context, app, task, by string) error {
-	return c.As(Operator{Name: by}).ClearOverrides(ctx, app, task)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.ClearOverrides(ctx, app, task)
 }
 
 func (c *Client) isClosed() bool {

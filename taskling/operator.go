@@ -36,6 +36,15 @@ type Operations struct {
 // name is not valid.
 func (c *Client) As(op Operator) *Operations { return &Operations{c: c, op: op} }
 
+// asBy is As for the deprecated forms that take a name: by is checked under field, the name those
+// forms' errors have always given it.
+func (c *Client) asBy(field, by string) (*Operations, error) {
+	if err := ValidateOperator(field, by); err != nil {
+		return nil, err
+	}
+	return c.As(Operator{Name: by}), nil
+}
+
 // operator checks the operator's names and returns what the audit trail records.
 func (o *Operations) operator() (execution.Operator, error) {
 	name, note := o.op.Name, o.op.Note

@@ -28,7 +28,11 @@ func retirementOf(r *execution.Retirement) *Retirement {
 //
 // Deprecated: use c.As(Operator{Name: by}).RetireTask(ctx, app, task), which records the same.
 func (c *Client) RetireTask(ctx context.Context, app, task, by string) error {
-	return c.As(Operator{Name: by}).RetireTask(ctx, app, task)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.RetireTask(ctx, app, task)
 }
 
 // RetireSchedule retires app/task's schedule only (see Operations.RetireSchedule), recorded like
@@ -36,7 +40,11 @@ func (c *Client) RetireTask(ctx context.Context, app, task, by string) error {
 //
 // Deprecated: use c.As(Operator{Name: by}).RetireSchedule(ctx, app, task).
 func (c *Client) RetireSchedule(ctx context.Context, app, task, by string) error {
-	return c.As(Operator{Name: by}).RetireSchedule(ctx, app, task)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.RetireSchedule(ctx, app, task)
 }
 
 // UnretireTask ends app/task's retirement (see Operations.UnretireTask), recorded like
@@ -44,7 +52,11 @@ func (c *Client) RetireSchedule(ctx context.Context, app, task, by string) error
 //
 // Deprecated: use c.As(Operator{Name: by}).UnretireTask(ctx, app, task).
 func (c *Client) UnretireTask(ctx context.Context, app, task, by string) error {
-	return c.As(Operator{Name: by}).UnretireTask(ctx, app, task)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.UnretireTask(ctx, app, task)
 }
 
 // UnretireSchedule ends the retirement of app/task's schedule (see
@@ -52,7 +64,11 @@ func (c *Client) UnretireTask(ctx context.Context, app, task, by string) error {
 //
 // Deprecated: use c.As(Operator{Name: by}).UnretireSchedule(ctx, app, task).
 func (c *Client) UnretireSchedule(ctx context.Context, app, task, by string) error {
-	return c.As(Operator{Name: by}).UnretireSchedule(ctx, app, task)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.UnretireSchedule(ctx, app, task)
 }
 
 func (o *Operations) unretire(ctx context.Context, app, task string, schedule bool) error {

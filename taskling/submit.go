@@ -298,7 +298,11 @@ func (c *Client) CancelSubmission(ctx context.Context, id int64, reason string) 
 // Deprecated: use c.As(Operator{Name: by}).CancelSubmission(ctx, id, reason), which records the
 // same.
 func (c *Client) CancelSubmissionBy(ctx context.Context, id int64, reason, by string) (Submission, error) {
-	return c.As(Operator{Name: by}).CancelSubmission(ctx, id, reason)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return Submission{}, err
+	}
+	return o.CancelSubmission(ctx, id, reason)
 }
 
 // errCancelled is the cause of a cancelled submission's context.
