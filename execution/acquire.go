@@ -253,13 +253,13 @@ UPDATE taskling.reference_claim c SET succeeded = true
 FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS r(task, ref, exec)
 WHERE c.task_id = r.task AND c.reference_value = r.ref AND c.execution_id = r.exec`
 
-// notifySQL announces freed slots of the tasks to waiters (notifyChannel; payloads from
+// notifySQL announces freed slots of the tasks to waiters (NotifyChannel; payloads from
 // notifyPayload).
-const notifySQL = `SELECT pg_notify('` + notifyChannel + `', p) FROM unnest($1::text[]) AS p`
+const notifySQL = `SELECT pg_notify('` + NotifyChannel + `', p) FROM unnest($1::text[]) AS p`
 
 // fastNotifySQL announces the slots freed in the tasks this transaction wrote (casTasksSQL) to
 // their waiters, if any.
-const fastNotifySQL = `SELECT pg_notify('` + notifyChannel + `', u.p)
+const fastNotifySQL = `SELECT pg_notify('` + NotifyChannel + `', u.p)
 FROM unnest($1::bigint[], $2::text[]) AS u(id, p) JOIN taskling.task_definition d ON d.id = u.id
 WHERE d.id = ANY($1) AND d.waiters_until > clock_timestamp() AND d.xmin = pg_current_xact_id_if_assigned()::xid`
 
@@ -278,8 +278,9 @@ func notifyPayload(taskID int64, offered []int64) string {
 	return p
 }
 
-// notifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced.
-const notifyChannel = "taskling_slots"
+// NotifyChannel is the LISTEN/NOTIFY channel on which a freed slot is announced (and, by the
+// feature stores and triggers, a submission to run or cancel).
+const NotifyChannel = "taskling_slots"
 
 // DenyReason says why an acquisition was not granted.
 type DenyReason int

@@ -290,7 +290,7 @@ func (s *Store) runBatch(batch []*op) {
 		case refusedReadOnly(err) && readOnly < readOnlyRetries:
 			readOnly++
 			continue // nothing was written, and the pool was reset: the next attempt dials anew
-		case !isRetryable(err):
+		case !IsRetryable(err):
 			failAll(live, err)
 			return
 		}

@@ -238,7 +238,7 @@ func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective S
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return AcquireResult{}, ErrNotHandedOff
-	case isRetryable(err): // a deadlock or serialization failure: it did nothing, try again
+	case IsRetryable(err): // a deadlock or serialization failure: it did nothing, try again
 		return AcquireResult{}, fmt.Errorf("%w: %w", ErrNotHandedOff, err)
 	case err != nil:
 		return AcquireResult{}, fmt.Errorf("execution: take the slot granted to ticket %d of %s: %w", req.Ticket, req.TaskName, err)

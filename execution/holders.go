@@ -35,6 +35,19 @@ const grantMark = "A:@"
 // errMalformedHolders is wrapped by every parse error of a holders column.
 var errMalformedHolders = errors.New("malformed holders")
 
+// HolderExecutions are the executions a holders column (task_definition.holders) lists.
+func HolderExecutions(holders string) ([]int64, error) {
+	terms, err := parseTerms(holders)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int64, len(terms))
+	for i, t := range terms {
+		ids[i] = t.exec
+	}
+	return ids, nil
+}
+
 // parseTerms parses a holders column; "" is no holder.
 func parseTerms(s string) ([]term, error) {
 	if s == "" {

@@ -258,7 +258,7 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	n.mu.Lock()
 	n.drop = drop
 	n.mu.Unlock()
-	if _, err := conn.Exec(lctx, "LISTEN "+notifyChannel); err != nil {
+	if _, err := conn.Exec(lctx, "LISTEN "+NotifyChannel); err != nil {
 		return false, fmt.Errorf("LISTEN: %w", err)
 	}
 	ready()
@@ -300,7 +300,7 @@ func (n *Notifier) startProbe() {
 func (n *Notifier) probeDelivery() {
 	defer n.probes.Done()
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.ProbeTimeout)
-	_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, n.probe)
+	_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, $2)", NotifyChannel, n.probe)
 	cancel()
 	if err != nil {
 		return // the database is away: no conclusion

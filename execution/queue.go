@@ -195,24 +195,10 @@ type Waiter struct {
 	QueuedAt time.Time
 }
 
-// liveTicketRowsSQL lists the live tickets of task row d (alive while their session's heartbeat,
-// or their queueing, is within their threshold), with n their place in the queue column.
-const liveTicketRowsSQL = `
-SELECT q.ticket, q.priority, coalesce(s.host_name, '') AS host, q.queued, q.n
-FROM (SELECT (regexp_match(t, 'W:([0-9]+)'))[1]::bigint AS ticket,
-             (regexp_match(t, 'P:([0-9]+)'))[1]::bigint AS session,
-             (regexp_match(t, 'R:(-?[0-9]+)'))[1]::integer AS priority,
-             timestamptz 'epoch' + (regexp_match(t, 'Q:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS queued,
-             (regexp_match(t, 'D:([0-9]+)'))[1]::bigint * interval '1 microsecond' AS threshold,
-             n
-      FROM unnest(string_to_array(nullif(d.queue, ''), '|')) WITH ORDINALITY AS x(t, n)) q
-LEFT JOIN taskling.session s ON s.id = q.session
-WHERE clock_timestamp() - greatest(q.queued, s.last_heartbeat) <= q.threshold`
-
 // waitersSQL lists task $1's live tickets in queue order.
 const waitersSQL = `
 SELECT w.ticket, w.priority, w.host, w.queued
-FROM taskling.task_definition d, LATERAL (` + liveTicketRowsSQL + `) w
+FROM taskling.task_definition d, taskling.live_tickets(d.queue) w
 WHERE d.id = $1
 ORDER BY w.n`
 

@@ -277,3 +277,69 @@ func (o Overrides) sets(field string) bool {
 	}
 	return false
 }
+
+// MinKeep is the shortest keep setting: history younger than a minute is never deleted.
+const MinKeep = time.Minute
+
+// Retention is how long a task's history is kept, by outcome.
+type Retention struct {
+	// Completed executions (and completed submissions).
+	Completed time.Duration
+	// Failed and dead executions (and dead or cancelled submissions).
+	Failed time.Duration
+	// Blocked (denied) starts.
+	Blocked time.Duration
+}
+
+// Validate reports the first keep setting below MinKeep, naming it; in says where it came from.
+func (r Retention) Validate(in string) error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"KeepCompleted", r.Completed}, {"KeepFailed", r.Failed}, {"KeepBlocked", r.Blocked}} {
+		if err := checkMin(f.name, in, f.d, MinKeep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RetentionOverrides are an operator's keep settings; nil fields are not overridden.
+type RetentionOverrides struct {
+	Completed, Failed, Blocked *time.Duration
+}
+
+// IsZero reports whether nothing is overridden.
+func (o RetentionOverrides) IsZero() bool {
+	return o.Completed == nil && o.Failed == nil && o.Blocked == nil
+}
+
+// Apply returns r with every overridden field replaced.
+func (o RetentionOverrides) Apply(r Retention) Retention {
+	if o.Completed != nil {
+		r.Completed = *o.Completed
+	}
+	if o.Failed != nil {
+		r.Failed = *o.Failed
+	}
+	if o.Blocked != nil {
+		r.Blocked = *o.Blocked
+	}
+	return r
+}
+
+// ValidateFields checks each overridden value.
+func (o RetentionOverrides) ValidateFields() error {
+	const in = " (operator override)"
+	for _, f := range []struct {
+		name string
+		d    *time.Duration
+	}{{"KeepCompleted", o.Completed}, {"KeepFailed", o.Failed}, {"KeepBlocked", o.Blocked}} {
+		if f.d != nil {
+			if err := checkMin(f.name, in, *f.d, MinKeep); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

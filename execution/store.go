@@ -54,6 +54,27 @@ type Store struct {
 	readOnlyResets atomic.Int64
 }
 
+// Operator is who makes an operator change, as the audit trail records it: the authenticated
+// Principal, and By, a free-text note beside it.
+type Operator struct {
+	Principal string
+	By        string
+}
+
+// DB runs SQL on the Store's pool, through its watch for a read-only server (readonly.go): what
+// the feature stores (internal/store/...) use.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// DB returns the Store's pool for the feature stores.
+func (s *Store) DB() DB { return s.pool }
+
 // Stats are counters since the Store was created.
 type Stats struct {
 	// Transactions is the number of token transactions committed or rolled back without error.

@@ -611,9 +611,9 @@ const idleInTransactionTimeout = 5 * time.Second
 // errRollback ends a transaction that must write nothing; Acquire turns it into a result.
 var errRollback = errors.New("rollback")
 
-// isRetryable reports whether err is a serialization failure (40001) or a deadlock (40P01): the
+// IsRetryable reports whether err is a serialization failure (40001) or a deadlock (40P01): the
 // transaction did nothing and may simply run again.
-func isRetryable(err error) bool {
+func IsRetryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }

@@ -39,7 +39,7 @@ func (s APISessions) Start(ctx context.Context, principal, credential string, tt
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
-	if err := s.c.store.StartAPISession(ctx, sessionHash(id), principal, credential, ttl); err != nil {
+	if err := s.c.admin.StartAPISession(ctx, sessionHash(id), principal, credential, ttl); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -48,7 +48,7 @@ func (s APISessions) Start(ctx context.Context, principal, credential string, tt
 // Get returns the session known by id. The error wraps ErrNotFound when there is none: never
 // started, ended, or expired.
 func (s APISessions) Get(ctx context.Context, id string) (APISession, error) {
-	a, ok, err := s.c.store.APISession(ctx, sessionHash(id))
+	a, ok, err := s.c.admin.APISession(ctx, sessionHash(id))
 	if err != nil {
 		return APISession{}, err
 	}
@@ -60,7 +60,7 @@ func (s APISessions) Get(ctx context.Context, id string) (APISession, error) {
 
 // End ends the session known by id (signing out). Ending an unknown session does nothing.
 func (s APISessions) End(ctx context.Context, id string) error {
-	return s.c.store.EndAPISession(ctx, sessionHash(id))
+	return s.c.admin.EndAPISession(ctx, sessionHash(id))
 }
 
 // EndAll ends every session of the principals (their token was removed or replaced) and returns
@@ -69,7 +69,7 @@ func (s APISessions) EndAll(ctx context.Context, principals ...string) (int64, e
 	if len(principals) == 0 {
 		return 0, nil
 	}
-	return s.c.store.EndAPISessionsOf(ctx, principals)
+	return s.c.admin.EndAPISessionsOf(ctx, principals)
 }
 
 func sessionHash(id string) []byte {

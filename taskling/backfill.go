@@ -33,7 +33,7 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 	if r == nil {
 		return nil, fmt.Errorf("%w: Backfill: %s/%s is not registered on this client (call Schedule first)", ErrInvalidArgument, app, task)
 	}
-	row, ok, err := c.store.Schedule(ctx, r.taskID)
+	row, ok, err := c.scheds.Schedule(ctx, r.taskID)
 	if err != nil {
 		return nil, err
 	}
@@ -57,12 +57,12 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 	if len(instants) == 0 {
 		return nil, nil
 	}
-	existing, err := c.store.ScheduledExecutions(ctx, r.taskID, instants[0], instants[len(instants)-1])
+	existing, err := c.history.ScheduledExecutions(ctx, r.taskID, instants[0], instants[len(instants)-1])
 	if err != nil {
 		return nil, err
 	}
 	// Instants whose executions cleanup deleted were decided too.
-	forgotten, err := c.store.ForgottenInstants(ctx, r.taskID, instants[0], instants[len(instants)-1])
+	forgotten, err := c.admin.ForgottenInstants(ctx, r.taskID, instants[0], instants[len(instants)-1])
 	if err != nil {
 		return nil, err
 	}

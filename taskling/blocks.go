@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/store/blockstore"
 )
 
 // Blocks split an execution's work into durable units. An execution asks for blocks of one kind
@@ -35,16 +36,16 @@ const (
 
 // ErrBlockLost: the block is no longer this attempt's — its execution was judged dead and another
 // execution took the block — or the attempt already ended.
-var ErrBlockLost = execution.ErrBlockLost
+var ErrBlockLost = blockstore.ErrBlockLost
 
 // BlockKind is the kind of a block.
 type BlockKind int
 
 const (
-	KindNumericRange BlockKind = BlockKind(execution.BlockNumeric)
-	KindDateRange    BlockKind = BlockKind(execution.BlockDate)
-	KindList         BlockKind = BlockKind(execution.BlockList)
-	KindObject       BlockKind = BlockKind(execution.BlockObject)
+	KindNumericRange BlockKind = BlockKind(codes.BlockNumeric)
+	KindDateRange    BlockKind = BlockKind(codes.BlockDate)
+	KindList         BlockKind = BlockKind(codes.BlockList)
+	KindObject       BlockKind = BlockKind(codes.BlockObject)
 )
 
 func (k BlockKind) String() string {
@@ -140,7 +141,7 @@ func (b *Block) Decode(v any) error {
 // Start marks the attempt started.
 func (b *Block) Start(ctx context.Context) error {
 	b.e.startedBlocks.Store(true)
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockStarted, nil, 0, nil)
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockStarted, nil, 0, nil)
 }
 
 // Complete marks the attempt completed, with the number of items it processed (stored with the
@@ -149,14 +150,14 @@ func (b *Block) Complete(ctx context.Context, itemsProcessed int64) error {
 	if itemsProcessed < 0 {
 		return fmt.Errorf("%w: Block.Complete: itemsProcessed is %d; must not be negative", ErrInvalidArgument, itemsProcessed)
 	}
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockCompleted, &itemsProcessed, b.units, nil)
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockCompleted, &itemsProcessed, b.units, nil)
 }
 
 // Fail marks the attempt failed with a message (truncated to MaxMessageLength); the block can be
 // taken again by an execution that reprocesses failed blocks.
 func (b *Block) Fail(ctx context.Context, message string) error {
 	m := truncate(cleanText(message))
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockFailed, nil, 0, &m)
+	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockFailed, nil, 0, &m)
 }
 
 // blockWrite checks that the execution may still write: not completed, lease held.
@@ -177,22 +178,22 @@ func (e *Execution) setBlockStatus(ctx context.Context, id int64, attempt int, s
 	if err := e.blockWrite(); err != nil {
 		return err
 	}
-	return e.c.store.SetBlockStatus(ctx, id, attempt, status, items, progress, message)
+	return e.c.blocks.SetBlockStatus(ctx, id, attempt, status, items, progress, message)
 }
 
 // NumericBlocks gets numeric range blocks (see BlockOptions for which). r is split into blocks of
 // at most r.MaxSize numbers; with MaxBlocks, only as many new blocks as fit are created (continue
 // with ContinueFromLast).
 func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *BlockOptions) ([]*Block, error) {
-	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+	newBlocks := func(last *blockstore.BlockEnd, room int) (blockstore.NewBlocks, error) {
 		from := r.From
 		if opts != nil && opts.ContinueFromLast && last != nil && last.Number >= from {
 			if last.Number == math.MaxInt64 {
-				return execution.NewBlocks{}, nil
+				return blockstore.NewBlocks{}, nil
 			}
 			from = last.Number + 1
 		}
-		var nb execution.NewBlocks
+		var nb blockstore.NewBlocks
 		for f := from; f <= r.To && room != 0; room-- {
 			t := r.To
 			if r.To-f >= r.MaxSize {
@@ -224,7 +225,7 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 	}); err != nil {
 		return nil, err
 	}
-	rows, err := e.takeBlocks(ctx, execution.BlockNumeric, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockNumeric, opts, newBlocks)
 	return e.blocks(rows), err
 }
 
@@ -233,12 +234,12 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOptions) ([]*Block, error) {
 	// The database keeps microseconds: blocks are cut on them, so no block shrinks to nothing.
 	r.From, r.To, r.MaxSpan = r.From.Truncate(time.Microsecond), r.To.Truncate(time.Microsecond), r.MaxSpan.Truncate(time.Microsecond)
-	newBlocks := func(last *execution.BlockEnd, room int) (execution.NewBlocks, error) {
+	newBlocks := func(last *blockstore.BlockEnd, room int) (blockstore.NewBlocks, error) {
 		from := r.From
 		if opts != nil && opts.ContinueFromLast && last != nil && last.Date.After(from) {
 			from = last.Date
 		}
-		var nb execution.NewBlocks
+		var nb blockstore.NewBlocks
 		for f := from; f.Before(r.To) && room != 0; room-- {
 			t := f.Add(r.MaxSpan)
 			if t.After(r.To) {
@@ -264,7 +265,7 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 	}); err != nil {
 		return nil, err
 	}
-	rows, err := e.takeBlocks(ctx, execution.BlockDate, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockDate, opts, newBlocks)
 	return e.blocks(rows), err
 }
 
@@ -285,10 +286,10 @@ func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockO
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(*execution.BlockEnd, int) (execution.NewBlocks, error) {
-		return execution.NewBlocks{Values: encoded}, nil
+	newBlocks := func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
+		return blockstore.NewBlocks{Values: encoded}, nil
 	}
-	rows, err := e.takeBlocks(ctx, execution.BlockObject, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockObject, opts, newBlocks)
 	return e.blocks(rows), err
 }
 
@@ -335,22 +336,22 @@ func (o *BlockOptions) validate() error {
 
 // takeBlocks runs one request for blocks of kind.
 func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptions,
-	newBlocks func(*execution.BlockEnd, int) (execution.NewBlocks, error)) ([]execution.BlockRow, error) {
+	newBlocks func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error)) ([]blockstore.BlockRow, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	if err := e.blockWrite(); err != nil {
 		return nil, err
 	}
-	req := execution.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks,
-		Uncapped: kind == execution.BlockList || kind == execution.BlockObject}
+	req := blockstore.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks,
+		Uncapped: kind == codes.BlockList || kind == codes.BlockObject}
 	if o := opts; o != nil {
 		req.Max = o.MaxBlocks
 		if p := o.ReprocessDead; p != nil {
-			req.Dead = &execution.RetryRule{Within: p.Within, Limit: p.RetryLimit}
+			req.Dead = &blockstore.RetryRule{Within: p.Within, Limit: p.RetryLimit}
 		}
 		if p := o.ReprocessFailed; p != nil {
-			req.Failed = &execution.RetryRule{Within: p.Within, Limit: p.RetryLimit}
+			req.Failed = &blockstore.RetryRule{Within: p.Within, Limit: p.RetryLimit}
 		}
 		req.Continue = o.ContinueFromLast
 		if o.OnlyOld {
@@ -360,10 +361,10 @@ func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptio
 			req.Reference, req.ReferenceAll, req.New = &r.ReferenceValue, r.All, nil
 		}
 	}
-	return e.c.store.TakeBlocks(ctx, req)
+	return e.c.blocks.TakeBlocks(ctx, req)
 }
 
-func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
+func (e *Execution) blocks(rows []blockstore.BlockRow) []*Block {
 	out := make([]*Block, len(rows))
 	for i, r := range rows {
 		out[i] = e.block(r)
@@ -371,7 +372,7 @@ func (e *Execution) blocks(rows []execution.BlockRow) []*Block {
 	return out
 }
 
-func (e *Execution) block(r execution.BlockRow) *Block {
+func (e *Execution) block(r blockstore.BlockRow) *Block {
 	b := &Block{ID: r.ID, Kind: BlockKind(r.Kind), Attempt: r.Attempt, Forced: r.Forced, CreatedAt: r.CreatedAt,
 		Value: r.Value, e: e, units: r.Units()}
 	if r.FromNumber != nil && r.ToNumber != nil {
@@ -393,7 +394,7 @@ func (e *Execution) LastBlock(ctx context.Context, kind BlockKind, order LastBlo
 	if kind < KindNumericRange || kind > KindObject {
 		return nil, fmt.Errorf("%w: BlockKind %d is not a block kind", ErrInvalidArgument, kind)
 	}
-	row, found, err := e.c.store.LastBlock(ctx, e.taskID, int16(kind), name)
+	row, found, err := e.c.blocks.LastBlock(ctx, e.taskID, int16(kind), name)
 	if err != nil || !found {
 		return nil, err
 	}
@@ -440,10 +441,10 @@ type ListBlocksRequest struct {
 type ItemStatus int
 
 const (
-	ItemPending   ItemStatus = ItemStatus(execution.ItemPending)
-	ItemCompleted ItemStatus = ItemStatus(execution.ItemCompleted)
-	ItemFailed    ItemStatus = ItemStatus(execution.ItemFailed)
-	ItemDiscarded ItemStatus = ItemStatus(execution.ItemDiscarded) // skipped for good; counts as done
+	ItemPending   ItemStatus = ItemStatus(codes.ItemPending)
+	ItemCompleted ItemStatus = ItemStatus(codes.ItemCompleted)
+	ItemFailed    ItemStatus = ItemStatus(codes.ItemFailed)
+	ItemDiscarded ItemStatus = ItemStatus(codes.ItemDiscarded) // skipped for good; counts as done
 )
 
 func (s ItemStatus) String() string {
@@ -496,7 +497,7 @@ type ListBlock struct {
 	batch int
 
 	mu      sync.Mutex
-	pending []execution.ItemUpdate
+	pending []blockstore.ItemUpdate
 	ended   bool
 }
 
@@ -540,14 +541,14 @@ func (e *Execution) ListBlocks(ctx context.Context, r ListBlocksRequest, opts *B
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(*execution.BlockEnd, int) (execution.NewBlocks, error) {
-		nb := execution.NewBlocks{Header: header}
+	newBlocks := func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
+		nb := blockstore.NewBlocks{Header: header}
 		for i := 0; i < len(items); i += r.MaxBlockSize {
 			nb.Items = append(nb.Items, items[i:min(i+r.MaxBlockSize, len(items))])
 		}
 		return nb, nil
 	}
-	rows, err := e.takeBlocks(ctx, execution.BlockList, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockList, opts, newBlocks)
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +578,7 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 		}
 		st[i] = int16(s)
 	}
-	rows, err := l.e.c.store.Items(ctx, l.ID, st)
+	rows, err := l.e.c.blocks.Items(ctx, l.ID, st)
 	if err != nil {
 		return nil, err
 	}
@@ -598,7 +599,7 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 // Start marks the attempt started.
 func (l *ListBlock) Start(ctx context.Context) error {
 	l.e.startedBlocks.Store(true)
-	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, execution.BlockStarted, nil, 0, nil)
+	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, codes.BlockStarted, nil, 0, nil)
 }
 
 // ItemCompleted records item as completed.
@@ -624,7 +625,7 @@ func (l *ListBlock) setItem(ctx context.Context, item *ListItem, status ItemStat
 	if step < 0 || step > 32767 {
 		return fmt.Errorf("%w: step is %d; must be 0 (none) to 32767", ErrInvalidArgument, step)
 	}
-	u := execution.ItemUpdate{N: item.N, Status: int16(status)}
+	u := blockstore.ItemUpdate{N: item.N, Status: int16(status)}
 	if reason != "" {
 		r := truncate(cleanText(reason))
 		u.Reason = &r
@@ -667,8 +668,8 @@ func (l *ListBlock) flushLocked(ctx context.Context) error {
 	if len(l.pending) == 0 {
 		return nil
 	}
-	if err := l.e.c.store.UpdateItems(ctx, l.ID, l.Attempt, l.pending); err != nil {
-		if errors.Is(err, execution.ErrBlockLost) {
+	if err := l.e.c.blocks.UpdateItems(ctx, l.ID, l.Attempt, l.pending); err != nil {
+		if errors.Is(err, blockstore.ErrBlockLost) {
 			l.pending = nil
 		}
 		return err
@@ -697,22 +698,22 @@ func (l *ListBlock) end(ctx context.Context, failed bool, message string) error 
 	if err := l.flushLocked(ctx); err != nil {
 		return err
 	}
-	c, err := l.e.c.store.CountItems(ctx, l.ID)
+	c, err := l.e.c.blocks.CountItems(ctx, l.ID)
 	if err != nil {
 		return err
 	}
 	if !failed && c.Pending+c.Failed > 0 {
 		failed, message = true, fmt.Sprintf("%d items pending, %d failed", c.Pending, c.Failed)
 	}
-	status, done := execution.BlockCompleted, c.Completed+c.Discarded
+	status, done := codes.BlockCompleted, c.Completed+c.Discarded
 	var msg *string
 	if failed {
-		status = execution.BlockFailed
+		status = codes.BlockFailed
 		m := truncate(cleanText(message))
 		msg = &m
 	}
-	err = l.e.c.store.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
-	if err == nil || errors.Is(err, execution.ErrBlockLost) {
+	err = l.e.c.blocks.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
+	if err == nil || errors.Is(err, blockstore.ErrBlockLost) {
 		l.ended = true
 	}
 	return err
@@ -737,7 +738,7 @@ func (e *Execution) flushLists(ctx context.Context) error {
 	e.mu.Unlock()
 	var errs []error
 	for _, l := range ls {
-		if err := l.Flush(ctx); err != nil && !errors.Is(err, execution.ErrBlockLost) {
+		if err := l.Flush(ctx); err != nil && !errors.Is(err, blockstore.ErrBlockLost) {
 			errs = append(errs, err)
 		}
 	}

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/store/blockstore"
 )
 
 // BlockStatus is a block's state, from its latest attempt: not_started, started, completed,
@@ -68,10 +69,10 @@ type BlockAttemptInfo struct {
 	Message   string `json:"message,omitempty"`
 }
 
-var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotStarted, execution.BlockStarted: BlockStarted,
-	execution.BlockCompleted: BlockCompleted, execution.BlockFailed: BlockFailed}
+var blockStatuses = map[int16]BlockStatus{codes.BlockNotStarted: BlockNotStarted, codes.BlockStarted: BlockStarted,
+	codes.BlockCompleted: BlockCompleted, codes.BlockFailed: BlockFailed}
 
-func blockInfoOf(r execution.BlockInfo) BlockInfo {
+func blockInfoOf(r blockstore.BlockInfo) BlockInfo {
 	b := BlockInfo{ID: r.ID, TaskID: r.TaskID, Kind: BlockKind(r.Kind).String(), FromNumber: r.FromNumber, ToNumber: r.ToNumber,
 		FromTime: r.FromDate, ToTime: r.ToDate, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
 		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending, RetryLimit: r.RetryLimit,
@@ -88,7 +89,7 @@ func blockInfoOf(r execution.BlockInfo) BlockInfo {
 
 // Block returns one block, or an error wrapping ErrNotFound.
 func (c *Client) Block(ctx context.Context, id int64) (BlockInfo, error) {
-	row, ok, err := c.store.BlockByID(ctx, id)
+	row, ok, err := c.blocks.BlockByID(ctx, id)
 	if err != nil {
 		return BlockInfo{}, err
 	}
@@ -100,7 +101,7 @@ func (c *Client) Block(ctx context.Context, id int64) (BlockInfo, error) {
 
 // ExecutionBlocks lists the blocks an execution attempted (their state now), by id.
 func (c *Client) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
-	rows, err := c.store.ExecutionBlocks(ctx, executionID)
+	rows, err := c.blocks.ExecutionBlocks(ctx, executionID)
 	if err != nil {
 		return nil, err
 	}
@@ -134,14 +135,14 @@ func (c *Client) TaskBlocks(ctx context.Context, app, task string, filter *TaskB
 	if err != nil || !ok {
 		return nil, err
 	}
-	rows, err := c.store.TaskBlocks(ctx, id, execution.TaskBlocksFilter{AtLimit: f.AtRetryLimit, Limit: f.Limit})
+	rows, err := c.blocks.TaskBlocks(ctx, id, blockstore.TaskBlocksFilter{AtLimit: f.AtRetryLimit, Limit: f.Limit})
 	if err != nil {
 		return nil, err
 	}
 	return blockInfos(rows), nil
 }
 
-func blockInfos(rows []execution.BlockInfo) []BlockInfo {
+func blockInfos(rows []blockstore.BlockInfo) []BlockInfo {
 	out := make([]BlockInfo, len(rows))
 	for i, r := range rows {
 		out[i] = blockInfoOf(r)
@@ -151,7 +152,7 @@ func blockInfos(rows []execution.BlockInfo) []BlockInfo {
 
 // BlockAttempts lists a block's attempts, first first, or an error wrapping ErrNotFound.
 func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInfo, error) {
-	rows, err := c.store.BlockAttempts(ctx, id)
+	rows, err := c.blocks.BlockAttempts(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +200,7 @@ type BlockCount struct {
 
 // BlockCounts counts every task's blocks by status, on the database clock (for metrics).
 func (c *Client) BlockCounts(ctx context.Context) ([]BlockCount, error) {
-	rows, err := c.store.BlockCounts(ctx)
+	rows, err := c.blocks.BlockCounts(ctx)
 	if err != nil {
 		return nil, err
 	}

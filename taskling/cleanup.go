@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
 // DefaultCleanupInterval is how often at most each task's history is cleaned, fleet-wide.
@@ -104,7 +105,7 @@ func (c CleanupCounts) Rows() int64 {
 	return c.Completed + c.Failed + c.Blocked + c.Blocks + c.Submissions
 }
 
-func countsOf(c execution.CleanupCounts) CleanupCounts {
+func countsOf(c adminstore.CleanupCounts) CleanupCounts {
 	return CleanupCounts{Completed: c.Completed, Failed: c.Failed, Blocked: c.Blocked, Blocks: c.Blocks,
 		Submissions: c.Submissions, Compacted: c.Compacted, Instants: c.Instants}
 }
@@ -141,10 +142,10 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 	if opts == nil {
 		opts = &CleanupOptions{}
 	}
-	var tasks []execution.CleanupTask
+	var tasks []adminstore.CleanupTask
 	if app == "" && task == "" {
 		var err error
-		if tasks, err = c.store.AllTasksForCleanup(ctx); err != nil {
+		if tasks, err = c.admin.AllTasksForCleanup(ctx); err != nil {
 			return nil, err
 		}
 	} else {
@@ -158,11 +159,11 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 		if !ok {
 			return nil, notFound("task " + app + "/" + task)
 		}
-		st, err := c.store.RetentionOf(ctx, id)
+		st, err := c.admin.RetentionOf(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		tasks = []execution.CleanupTask{{TaskID: id, Application: app, Task: task, Retention: st}}
+		tasks = []adminstore.CleanupTask{{TaskID: id, Application: app, Task: task, Retention: st}}
 	}
 	out := make([]TaskCleanup, 0, len(tasks))
 	for _, t := range tasks {
@@ -172,7 +173,7 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 		}
 		r := TaskCleanup{Application: t.Application, Task: t.Task, Keep: retentionOf(keep)}
 		if opts.DryRun {
-			counts, err := c.store.PlanCleanup(ctx, t.TaskID, keep)
+			counts, err := c.admin.PlanCleanup(ctx, t.TaskID, keep)
 			if err != nil {
 				return out, err
 			}
@@ -181,7 +182,7 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 			continue
 		}
 		claimant := c.claimant()
-		ok, err := c.store.ClaimCleanup(ctx, t.TaskID, claimant, 0, cleanupHold)
+		ok, err := c.admin.ClaimCleanup(ctx, t.TaskID, claimant, 0, cleanupHold)
 		if err != nil {
 			return out, err
 		}
@@ -202,7 +203,7 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 
 // keepOf is the retention in force for a task: the operator's overrides over what its hosts
 // declared, or over this client's settings for it when no host declared any.
-func (c *Client) keepOf(ctx context.Context, t execution.CleanupTask) (execution.Retention, error) {
+func (c *Client) keepOf(ctx context.Context, t adminstore.CleanupTask) (execution.Retention, error) {
 	fallback := c.defaults.retention()
 	if t.Retention.Declared == nil {
 		s, _, err := c.declared(ctx, t.Application, t.Task)
@@ -219,13 +220,13 @@ func (s TaskSettings) retention() execution.Retention {
 }
 
 // cleanTask deletes a claimed task's history batch by batch and releases the claim.
-func (c *Client) cleanTask(ctx context.Context, t execution.CleanupTask, keep execution.Retention, claimant string,
+func (c *Client) cleanTask(ctx context.Context, t adminstore.CleanupTask, keep execution.Retention, claimant string,
 	progress func(app, task string, soFar CleanupCounts)) (CleanupCounts, error) {
-	cl := &execution.Cleaner{Store: c.store, TaskID: t.TaskID, Keep: keep, Claimant: claimant, Hold: cleanupHold}
-	var total execution.CleanupCounts
+	cl := &adminstore.Cleaner{Store: c.admin, TaskID: t.TaskID, Keep: keep, Claimant: claimant, Hold: cleanupHold}
+	var total adminstore.CleanupCounts
 	var err error
 	for {
-		var batch execution.CleanupCounts
+		var batch adminstore.CleanupCounts
 		var done bool
 		batch, done, err = cl.Batch(ctx)
 		if err != nil {
@@ -242,7 +243,7 @@ func (c *Client) cleanTask(ctx context.Context, t execution.CleanupTask, keep ex
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if rerr := c.store.ReleaseCleanup(rctx, t.TaskID, claimant, total.Rows()); err == nil {
+	if rerr := c.admin.ReleaseCleanup(rctx, t.TaskID, claimant, total.Rows()); err == nil {
 		err = rerr
 	}
 	if err != nil {
@@ -298,14 +299,14 @@ func (c *Client) cleanLoop(interval time.Duration) {
 
 // cleanRound cleans the tasks due now whose claim this client wins.
 func (c *Client) cleanRound(ctx context.Context, interval time.Duration) error {
-	due, err := c.store.DueForCleanup(ctx, interval, tasksPerRound)
+	due, err := c.admin.DueForCleanup(ctx, interval, tasksPerRound)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, t := range due {
 		claimant := c.claimant()
-		ok, err := c.store.ClaimCleanup(ctx, t.TaskID, claimant, interval, cleanupHold)
+		ok, err := c.admin.ClaimCleanup(ctx, t.TaskID, claimant, interval, cleanupHold)
 		if err != nil {
 			return err
 		}
@@ -315,12 +316,12 @@ func (c *Client) cleanRound(ctx context.Context, interval time.Duration) error {
 		keep, err := c.keepOf(ctx, t)
 		if err != nil {
 			// A task whose settings this client cannot read is left to the hosts that can.
-			_ = c.store.ReleaseCleanup(ctx, t.TaskID, claimant, 0)
+			_ = c.admin.ReleaseCleanup(ctx, t.TaskID, claimant, 0)
 			errs = append(errs, err)
 			continue
 		}
 		if _, err := c.cleanTask(ctx, t, keep, claimant, nil); err != nil {
-			if errors.Is(err, execution.ErrCleanupClaimLost) {
+			if errors.Is(err, adminstore.ErrCleanupClaimLost) {
 				continue
 			}
 			errs = append(errs, err)

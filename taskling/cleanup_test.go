@@ -30,7 +30,9 @@ func (b *testBundle) run(t *testing.T, fail bool, d time.Duration) int64 {
 	e, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
 	require.NoError(t, err)
 	if fail {
-		require.NoError(t, e.RecordError(b.ctx, "on purpose", true))
+		// As RecordError(…, true) marks it; in SQL, since upgrade tests run this on schemas older
+		// than the library's statements.
+		b.exec(t, `UPDATE taskling.task_execution SET failed = true WHERE id = $1`, e.ID())
 	}
 	require.NoError(t, e.Complete(b.ctx))
 	b.age(t, e.ID(), d)

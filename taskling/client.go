@@ -14,6 +14,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/blockstore"
+	"github.com/taskling-go/taskling/internal/store/historystore"
+	"github.com/taskling-go/taskling/internal/store/schedulestore"
+	"github.com/taskling-go/taskling/internal/store/submitstore"
 )
 
 // Version is recorded on every execution row.
@@ -79,8 +84,14 @@ type Config struct {
 // Close it when done.
 type Client struct {
 	pool     *pgxpool.Pool
-	store    *execution.Store
+	store    *execution.Store // the grant protocol
 	notifier *execution.Notifier
+	// The feature stores, on the protocol's pool.
+	blocks   *blockstore.Store
+	subs     *submitstore.Store
+	scheds   *schedulestore.Store
+	admin    *adminstore.Store
+	history  *historystore.Store
 	log      *zap.Logger
 	host     string
 	defaults TaskSettings
@@ -187,6 +198,11 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 		pool:     pool,
 		store:    store,
 		notifier: notifier,
+		blocks:   blockstore.New(store),
+		subs:     submitstore.New(store),
+		scheds:   schedulestore.New(store),
+		admin:    adminstore.New(store),
+		history:  historystore.New(store.DB()),
 		log:      log,
 		host:     host,
 		defaults: defaults,

@@ -19,7 +19,7 @@ func (c *Client) noteDeclaration(ctx context.Context, req execution.AcquireReque
 	if last, ok := c.declarations.Load(req.TaskID); ok && last.(execution.Settings) == d {
 		return
 	}
-	if err := c.store.Declare(ctx, req.TaskID, d, c.host); err != nil {
+	if err := c.admin.Declare(ctx, req.TaskID, d, c.host); err != nil {
 		c.log.Debug("taskling: could not record the task's declared settings", zap.String("task", req.TaskName), zap.Error(err))
 		return
 	}

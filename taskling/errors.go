@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
 var (
@@ -15,7 +16,7 @@ var (
 	ErrTaskDisabled = errors.New("taskling: task is disabled")
 	// ErrTaskRetired: an operator retired the task (RetireTask): its starts are refused, and
 	// nothing is written, until it is unretired. The message says by whom and when.
-	ErrTaskRetired = execution.ErrTaskRetired
+	ErrTaskRetired = adminstore.ErrTaskRetired
 	// ErrDuplicateReference: an Idempotent start found an execution with the same reference value
 	// that succeeded or is still running. The attempt is recorded as a Blocked execution.
 	ErrDuplicateReference = errors.New("taskling: an execution with this reference value already succeeded or is running")

@@ -332,7 +332,7 @@ func (e *Execution) Checkpoint(ctx context.Context, message string) error {
 	if err := e.active(); err != nil {
 		return err
 	}
-	return e.c.store.Checkpoint(ctx, e.id, truncate(cleanText(message)))
+	return e.c.history.Checkpoint(ctx, e.id, truncate(cleanText(message)))
 }
 
 // RecordError records an Error event. markFailed also marks the execution failed: however it
@@ -343,7 +343,7 @@ func (e *Execution) RecordError(ctx context.Context, message string, markFailed 
 	if err := e.markError(markFailed); err != nil {
 		return err
 	}
-	return e.c.store.RecordError(ctx, e.id, truncate(cleanText(message)), markFailed)
+	return e.c.history.RecordError(ctx, e.id, truncate(cleanText(message)), markFailed)
 }
 
 // markError is active, and remembers a failure mark for the end under the same lock, so that a
@@ -373,7 +373,7 @@ func (e *Execution) SetProgress(ctx context.Context, done, total int64) error {
 	if err := e.active(); err != nil {
 		return err
 	}
-	return e.c.store.SetProgress(ctx, e.id, done, total)
+	return e.c.history.SetProgress(ctx, e.id, done, total)
 }
 
 func truncate(s string) string {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/historystore"
 )
 
 // Status is an execution's status, derived on the database clock when it is read.
@@ -63,7 +63,7 @@ type ExecutionInfo struct {
 	Position int
 }
 
-func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
+func infoFromRow(r historystore.ExecutionRow) ExecutionInfo {
 	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host,
 		LastHeartbeat: r.LastKeepAlive, LibraryVersion: r.LibraryVersion}
 	info.Header, info.HeaderError = storedJSON(r.Header)
@@ -113,7 +113,7 @@ func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([
 	if n -= len(out); n == 0 {
 		return out, nil
 	}
-	rows, err := c.store.LastExecutions(ctx, id, n)
+	rows, err := c.history.LastExecutions(ctx, id, n)
 	if err != nil {
 		return nil, err
 	}

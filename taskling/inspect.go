@@ -11,7 +11,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/historystore"
 )
 
 // The read side for operators and tools (the CLI, the HTTP API, dashboards): tasks with their
@@ -239,7 +240,7 @@ type taskCursor struct {
 	ID      int64    `json:"i"`
 }
 
-func encodeTaskCursor(sort TaskSort, back bool, k execution.TaskKey) string {
+func encodeTaskCursor(sort TaskSort, back bool, k adminstore.TaskKey) string {
 	b, _ := json.Marshal(taskCursor{Sort: sort, Back: back, AtLimit: k.AtLimit, Used: k.Used, Waiting: k.Waiting, App: k.Application, Task: k.Task, ID: k.ID})
 	return base64.RawURLEncoding.EncodeToString(b)
 }
@@ -295,7 +296,7 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error
 	if f.Limit < 0 || f.Limit > MaxTasksPage {
 		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Limit is %d; want 0 (every task) or 1 to %d", ErrInvalidArgument, f.Limit, MaxTasksPage)
 	}
-	q := execution.TaskListQuery{Application: f.Application, Search: f.Search, Status: string(f.Status), Sort: string(f.Sort), Limit: f.Limit}
+	q := adminstore.TaskListQuery{Application: f.Application, Search: f.Search, Status: string(f.Status), Sort: string(f.Sort), Limit: f.Limit}
 	if f.Cursor != "" {
 		if f.Limit == 0 {
 			return TaskPage{}, fmt.Errorf("%w: TaskFilter.Cursor needs a TaskFilter.Limit", ErrInvalidArgument)
@@ -304,10 +305,10 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error
 		if err != nil {
 			return TaskPage{}, err
 		}
-		q.After = &execution.TaskKey{AtLimit: cur.AtLimit, Used: cur.Used, Waiting: cur.Waiting, Application: cur.App, Task: cur.Task, ID: cur.ID}
+		q.After = &adminstore.TaskKey{AtLimit: cur.AtLimit, Used: cur.Used, Waiting: cur.Waiting, Application: cur.App, Task: cur.Task, ID: cur.ID}
 		q.Backward = cur.Back
 	}
-	list, err := c.store.ListTasks(ctx, q)
+	list, err := c.admin.ListTasks(ctx, q)
 	if err != nil {
 		return TaskPage{}, err
 	}
@@ -337,14 +338,14 @@ func (c *Client) Task(ctx context.Context, app, task string) (TaskDetail, error)
 	if err := validateTask(app, task); err != nil {
 		return TaskDetail{}, err
 	}
-	sum, ok, err := c.store.TaskSummary(ctx, app, task)
+	sum, ok, err := c.admin.TaskSummary(ctx, app, task)
 	if err != nil {
 		return TaskDetail{}, err
 	}
 	if !ok {
 		return TaskDetail{}, notFound("task " + app + "/" + task)
 	}
-	slots, err := c.store.TaskSlots(ctx, sum.ID)
+	slots, err := c.admin.TaskSlots(ctx, sum.ID)
 	if err != nil {
 		return TaskDetail{}, err
 	}
@@ -352,11 +353,11 @@ func (c *Client) Task(ctx context.Context, app, task string) (TaskDetail, error)
 	for i, s := range slots {
 		d.Slots[i] = slotOf(s)
 	}
-	st, err := c.store.RetentionOf(ctx, sum.ID)
+	st, err := c.admin.RetentionOf(ctx, sum.ID)
 	if err != nil {
 		return TaskDetail{}, err
 	}
-	keep, err := c.keepOf(ctx, execution.CleanupTask{TaskID: sum.ID, Application: app, Task: task, Retention: st})
+	keep, err := c.keepOf(ctx, adminstore.CleanupTask{TaskID: sum.ID, Application: app, Task: task, Retention: st})
 	if err != nil {
 		return TaskDetail{}, err
 	}
@@ -427,7 +428,7 @@ func (c *Client) Executions(ctx context.Context, app, task string, filter *Execu
 	if !ok {
 		return ExecutionPage{}, notFound("task " + app + "/" + task)
 	}
-	rows, more, err := c.store.Executions(ctx, execution.ExecutionsQuery{TaskID: id, Status: string(f.Status), BeforeID: f.Before, Limit: f.Limit})
+	rows, more, err := c.history.Executions(ctx, historystore.ExecutionsQuery{TaskID: id, Status: string(f.Status), BeforeID: f.Before, Limit: f.Limit})
 	if err != nil {
 		return ExecutionPage{}, err
 	}
@@ -472,14 +473,14 @@ func (c *Client) Execution(ctx context.Context, id int64) (ExecutionDetail, erro
 	if id < 1 {
 		return ExecutionDetail{}, fmt.Errorf("%w: execution id %d; want a positive integer", ErrInvalidArgument, id)
 	}
-	row, ok, err := c.store.Execution(ctx, id)
+	row, ok, err := c.history.Execution(ctx, id)
 	if err != nil {
 		return ExecutionDetail{}, err
 	}
 	if !ok {
 		return ExecutionDetail{}, notFound(fmt.Sprintf("execution %d", id))
 	}
-	events, err := c.store.Events(ctx, id)
+	events, err := c.history.Events(ctx, id)
 	if err != nil {
 		return ExecutionDetail{}, err
 	}
@@ -502,7 +503,7 @@ func ParseStatus(s string) (Status, error) {
 	return "", fmt.Errorf("%w: status %q; want %s", ErrInvalidArgument, s, statusList)
 }
 
-func taskInfoOf(s execution.TaskSummary) TaskInfo {
+func taskInfoOf(s adminstore.TaskSummary) TaskInfo {
 	t := TaskInfo{
 		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: LimitSource(s.LimitSource),
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
@@ -538,7 +539,7 @@ func taskInfoOf(s execution.TaskSummary) TaskInfo {
 	return t
 }
 
-func slotOf(s execution.Slot) Slot {
+func slotOf(s adminstore.Slot) Slot {
 	out := Slot{TokenID: s.TokenID, Status: SlotStatus(s.Status)}
 	if h := s.Holder; h != nil {
 		out.Holder = &Holder{

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/blockstore"
 )
 
 // Operator names who makes an operator change — an override, a retirement, a cancelled
@@ -96,7 +98,7 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 	if err != nil {
 		return err
 	}
-	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), Op: op,
+	change := adminstore.OverridesChange{Set: update.toStore(), Keep: update.retention(), Op: op,
 		FallbackAs: "this client's settings, as no host declared any yet"}
 	if change.Set.Liveness() {
 		_, own, err := c.declared(ctx, app, task)
@@ -105,7 +107,7 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 		}
 		change.Fallback = &own
 	}
-	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
+	if _, err := c.admin.ChangeOverrides(ctx, id, change); err != nil {
 		if se := (*SettingsError)(nil); errors.As(err, &se) {
 			return fmt.Errorf("taskling: overrides of %s/%s: %w", app, task, se)
 		}
@@ -123,7 +125,7 @@ func (o *Operations) ClearOverrides(ctx context.Context, app, task string) error
 	if err != nil || id == 0 {
 		return err
 	}
-	if _, err := o.c.store.ChangeOverrides(ctx, id, execution.OverridesChange{Clear: true, Op: op}); err != nil {
+	if _, err := o.c.admin.ChangeOverrides(ctx, id, adminstore.OverridesChange{Clear: true, Op: op}); err != nil {
 		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
 	}
 	return nil
@@ -148,7 +150,7 @@ func (o *Operations) RetireTask(ctx context.Context, app, task string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := o.c.store.RetireTask(ctx, id, op); err != nil {
+	if _, err := o.c.admin.RetireTask(ctx, id, op); err != nil {
 		return fmt.Errorf("taskling: retire %s/%s: %w", app, task, err)
 	}
 	return nil
@@ -164,7 +166,7 @@ func (o *Operations) RetireSchedule(ctx context.Context, app, task string) error
 	if err != nil {
 		return err
 	}
-	_, found, err := o.c.store.RetireSchedule(ctx, id, op)
+	_, found, err := o.c.admin.RetireSchedule(ctx, id, op)
 	if err != nil {
 		return fmt.Errorf("taskling: retire the schedule of %s/%s: %w", app, task, err)
 	}
@@ -204,7 +206,7 @@ func (o *Operations) CancelSubmission(ctx context.Context, id int64, reason stri
 	if err != nil {
 		return Submission{}, err
 	}
-	_, found, err := c.store.CancelSubmission(ctx, id, reason, op)
+	_, found, err := c.subs.CancelSubmission(ctx, id, reason, op)
 	if err != nil {
 		return Submission{}, err
 	}
@@ -229,8 +231,8 @@ func (o *Operations) ForceBlock(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = o.c.store.ForceBlock(ctx, id, op)
-	if errors.Is(err, execution.ErrBlockNotFound) {
+	_, err = o.c.blocks.ForceBlock(ctx, id, op)
+	if errors.Is(err, blockstore.ErrBlockNotFound) {
 		return notFound(fmt.Sprintf("block %d", id))
 	}
 	return err

@@ -7,6 +7,8 @@ import (
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/cronspec"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/schedulestore"
 )
 
 // Retirement says when, and by whom, a task or its schedule was retired: By is the operator's
@@ -16,7 +18,7 @@ type Retirement struct {
 	By string
 }
 
-func retirementOf(r *execution.Retirement) *Retirement {
+func retirementOf(r *adminstore.Retirement) *Retirement {
 	if r == nil {
 		return nil
 	}
@@ -82,8 +84,8 @@ func (o *Operations) unretire(ctx context.Context, app, task string, schedule bo
 		what = "schedule"
 	}
 	for attempt := 0; ; attempt++ {
-		req := execution.UnretireRequest{TaskID: id, Schedule: schedule, Op: op, Host: c.host}
-		row, ok, err := c.store.Schedule(ctx, id)
+		req := adminstore.UnretireRequest{TaskID: id, Schedule: schedule, Op: op, Host: c.host}
+		row, ok, err := c.scheds.Schedule(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -95,7 +97,7 @@ func (o *Operations) unretire(ctx context.Context, app, task string, schedule bo
 				return fmt.Errorf("taskling: stored schedule of %s/%s: %w", app, task, err)
 			}
 		}
-		_, err = c.store.Unretire(ctx, req)
+		_, err = c.admin.Unretire(ctx, req)
 		if execution.IsScheduleConflict(err) && attempt < 5 {
 			continue // the cursor moved between the read and the write: read it again
 		}
@@ -108,7 +110,7 @@ func (o *Operations) unretire(ctx context.Context, app, task string, schedule bo
 
 // retiredGap is the move of a schedule's cursor to the database's now over the instants that
 // came due since it: recorded as retired, not run. nil when none came due.
-func retiredGap(row execution.ScheduleRow, what string) (*execution.ScheduleClaim, time.Time, error) {
+func retiredGap(row schedulestore.ScheduleRow, what string) (*execution.ScheduleClaim, time.Time, error) {
 	sched, err := cronspec.Parse(row.Spec, row.TimeZone)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -198,7 +200,7 @@ func (c *Client) TaskChanges(ctx context.Context, app, task string, filter *Chan
 	if !ok {
 		return ChangePage{}, notFound("task " + app + "/" + task)
 	}
-	rows, err := c.store.Changes(ctx, id, f.Before, f.Limit+1)
+	rows, err := c.admin.Changes(ctx, id, f.Before, f.Limit+1)
 	if err != nil {
 		return ChangePage{}, err
 	}

@@ -55,7 +55,7 @@ func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx co
 		if exec.startedBlocks.Load() {
 			// The blocks it was running are dead once it ends: say why.
 			msg := truncate(cleanText(fmt.Sprintf("execution %d failed: %v", exec.id, err)))
-			if nerr := c.store.NoteBlockFailure(cctx, exec.id, msg); nerr != nil {
+			if nerr := c.blocks.NoteBlockFailure(cctx, exec.id, msg); nerr != nil {
 				c.log.Warn("taskling: could not note a failure on its blocks", zap.Int64("execution", exec.id), zap.Error(nerr))
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/cronspec"
+	"github.com/taskling-go/taskling/internal/store/schedulestore"
 )
 
 // CatchUpPolicy decides which missed instants run after an outage (README, "Scheduling"). An
@@ -160,12 +161,12 @@ func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn Schedu
 	if err != nil {
 		return err
 	}
-	def := execution.ScheduleDef{TaskID: id, Spec: spec, TimeZone: o.TimeZone, CatchUp: int(o.CatchUp),
+	def := schedulestore.ScheduleDef{TaskID: id, Spec: spec, TimeZone: o.TimeZone, CatchUp: int(o.CatchUp),
 		MaxCatchUp: o.MaxCatchUp, Overlap: int(o.Overlap), MisfireThreshold: o.MisfireThreshold, Host: c.host}
 	if o.CatchUpWindow > 0 {
 		def.CatchUpWindow = &o.CatchUpWindow
 	}
-	row, err := c.store.UpsertSchedule(ctx, def)
+	row, err := c.scheds.UpsertSchedule(ctx, def)
 	if err != nil {
 		return err
 	}

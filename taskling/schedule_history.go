@@ -44,7 +44,7 @@ func (c *Client) ScheduleHistory(ctx context.Context, app, task string, n int) (
 	if err != nil || !ok {
 		return nil, err
 	}
-	rows, err := c.store.ScheduleEvents(ctx, id, n)
+	rows, err := c.scheds.ScheduleEvents(ctx, id, n)
 	if err != nil {
 		return nil, err
 	}

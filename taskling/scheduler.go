@@ -12,6 +12,7 @@ import (
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/backoff"
 	"github.com/taskling-go/taskling/internal/cronspec"
+	"github.com/taskling-go/taskling/internal/store/schedulestore"
 )
 
 // RunScheduler runs the cron loop of every task registered on this client (and of those
@@ -121,7 +122,7 @@ func (c *Client) scheduleLoop(ctx, runCtx context.Context, r *registration, runs
 // returns how long to sleep before the next step (0: at once) and whether a freed slot should
 // wake it earlier.
 func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs *sync.WaitGroup, warned *string) (time.Duration, bool, error) {
-	row, ok, err := c.store.Schedule(ctx, r.taskID)
+	row, ok, err := c.scheds.Schedule(ctx, r.taskID)
 	if err != nil {
 		return 0, false, err
 	}
@@ -146,7 +147,7 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 	plan := planCatchUp(sched, row.Cursor, row.Now, policyOf(row))
 	if len(plan.Run) == 0 {
 		if !plan.Decided.IsZero() {
-			_, err := c.store.AdvanceSchedule(ctx, r.taskID, c.host, row.Cursor, plan.Decided, plan.events())
+			_, err := c.scheds.AdvanceSchedule(ctx, r.taskID, c.host, row.Cursor, plan.Decided, plan.events())
 			return 0, false, err
 		}
 		if plan.Next.IsZero() {
@@ -159,7 +160,7 @@ func (c *Client) scheduleStep(ctx, runCtx context.Context, r *registration, runs
 }
 
 // claimNext claims plan's first instant and starts its run, or records why it does not run.
-func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *sync.WaitGroup, row execution.ScheduleRow, plan catchUpPlan) (time.Duration, bool, error) {
+func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *sync.WaitGroup, row schedulestore.ScheduleRow, plan catchUpPlan) (time.Duration, bool, error) {
 	instant := plan.Run[0]
 	events := plan.events()
 	settings, declared, err := c.scheduleSettings(ctx, r.app, r.task, r.opts)
@@ -216,7 +217,7 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 			disabled.add(t)
 		}
 		events = append(events, disabled.event(ScheduleEventDisabled, "task disabled"))
-		_, err := c.store.AdvanceSchedule(ctx, r.taskID, c.host, row.Cursor, plan.Run[len(plan.Run)-1], events)
+		_, err := c.scheds.AdvanceSchedule(ctx, r.taskID, c.host, row.Cursor, plan.Run[len(plan.Run)-1], events)
 		return 0, false, err
 	case errors.Is(err, ErrLimitReached) && res.ExecutionID != 0:
 		return 0, false, nil // skipped for overlap, recorded with the cursor's advance
@@ -241,7 +242,7 @@ func claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 }
 
-func policyOf(row execution.ScheduleRow) catchUpPolicy {
+func policyOf(row schedulestore.ScheduleRow) catchUpPolicy {
 	p := catchUpPolicy{CatchUp: CatchUpPolicy(row.CatchUp), MaxCatchUp: row.MaxCatchUp, Misfire: row.MisfireThreshold}
 	if row.CatchUpWindow != nil {
 		p.Window = *row.CatchUpWindow

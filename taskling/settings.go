@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
 // DeathMode is how the death of an execution that stopped without completing is judged. Liveness
@@ -51,7 +52,7 @@ const (
 	// MinKeep is the shortest keep setting (KeepCompleted, KeepFailed, KeepBlocked).
 	MinKeep = execution.MinKeep
 	// KeepForever as a keep setting means "never delete" (it is about 292 years).
-	KeepForever = execution.KeepForever
+	KeepForever = adminstore.KeepForever
 )
 
 // Library defaults (see the README's settings table).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/backoff"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
 // MaxReferenceValueLength is the longest ReferenceValue, in bytes.
@@ -132,11 +133,11 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	if err != nil {
 		return res, err
 	}
-	var retired *execution.Retirement
+	var retired *adminstore.Retirement
 	if res.Denied == execution.DeniedDisabled {
 		// Retiring disables the task in its row, so that every host refuses it: which of the two
 		// it is, is read now, off the token transaction, on this path only.
-		if retired, err = c.store.Retired(ctx, req.TaskID); err != nil {
+		if retired, err = c.admin.Retired(ctx, req.TaskID); err != nil {
 			return res, err
 		}
 	}
@@ -416,7 +417,7 @@ func (c *Client) noteDispute(req execution.AcquireRequest, other execution.Decla
 		defer c.live.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := c.store.RecordDispute(ctx, req.TaskID, other, req.Declared.ConcurrencyLimit, req.Host); err != nil {
+		if err := c.admin.RecordDispute(ctx, req.TaskID, other, req.Declared.ConcurrencyLimit, req.Host); err != nil {
 			c.log.Debug("taskling: could not record a disagreement between hosts' limits", zap.String("task", req.TaskName), zap.Error(err))
 		}
 	}()

@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/store/submitstore"
 )
 
 // SubmissionStatus is where a submission stands.
@@ -31,9 +32,9 @@ const (
 var SubmissionStatuses = [...]SubmissionStatus{SubmissionWaiting, SubmissionInProgress, SubmissionCompleted, SubmissionDead, SubmissionCancelled}
 
 var submissionStatusCodes = map[SubmissionStatus]int16{
-	SubmissionWaiting: execution.SubmissionWaiting, SubmissionInProgress: execution.SubmissionInProgress,
-	SubmissionCompleted: execution.SubmissionCompleted, SubmissionDead: execution.SubmissionDead,
-	SubmissionCancelled: execution.SubmissionCancelled,
+	SubmissionWaiting: codes.SubmissionWaiting, SubmissionInProgress: codes.SubmissionInProgress,
+	SubmissionCompleted: codes.SubmissionCompleted, SubmissionDead: codes.SubmissionDead,
+	SubmissionCancelled: codes.SubmissionCancelled,
 }
 
 // ParseSubmissionStatus parses a status name ("waiting", "in_progress", …).
@@ -84,7 +85,7 @@ func (c *Client) Submit(ctx context.Context, app, task string, opts *SubmitOptio
 	if err != nil {
 		return 0, err
 	}
-	id, _, err := execution.InsertSubmission(ctx, c.pool, sub)
+	id, _, err := submitstore.InsertSubmission(ctx, c.pool, sub)
 	if err != nil {
 		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
 	}
@@ -104,15 +105,15 @@ func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, app, task string, opts
 	if err != nil {
 		return 0, err
 	}
-	id, _, err := execution.InsertSubmission(ctx, tx, sub)
+	id, _, err := submitstore.InsertSubmission(ctx, tx, sub)
 	if err != nil {
 		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
 	}
 	return id, nil
 }
 
-func (c *Client) newSubmission(ctx context.Context, app, task string, opts *SubmitOptions) (execution.NewSubmission, error) {
-	var sub execution.NewSubmission
+func (c *Client) newSubmission(ctx context.Context, app, task string, opts *SubmitOptions) (submitstore.NewSubmission, error) {
+	var sub submitstore.NewSubmission
 	if c.isClosed() {
 		return sub, ErrClientClosed
 	}
@@ -179,7 +180,7 @@ type Submission struct {
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
 }
 
-func submissionOf(r execution.SubmissionRow) Submission {
+func submissionOf(r submitstore.SubmissionRow) Submission {
 	s := Submission{
 		ID: r.ID, Application: r.Application, Task: r.Task, Status: submissionStatusOf(r.Status), Position: r.Position,
 		Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
@@ -209,7 +210,7 @@ func submissionOf(r execution.SubmissionRow) Submission {
 
 // Submission returns submission id, or an error wrapping ErrNotFound.
 func (c *Client) Submission(ctx context.Context, id int64) (Submission, error) {
-	row, ok, err := c.store.Submission(ctx, id)
+	row, ok, err := c.subs.Submission(ctx, id)
 	if err != nil {
 		return Submission{}, err
 	}
@@ -259,7 +260,7 @@ func (c *Client) Submissions(ctx context.Context, app, task string, filter *Subm
 	if err != nil || !ok {
 		return nil, err
 	}
-	rows, err := c.store.Submissions(ctx, id, execution.SubmissionFilter{Status: code, Before: f.Before, Limit: f.Limit})
+	rows, err := c.subs.Submissions(ctx, id, submitstore.SubmissionFilter{Status: code, Before: f.Before, Limit: f.Limit})
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +273,7 @@ func (c *Client) Submissions(ctx context.Context, app, task string, filter *Subm
 
 // SubmissionAttempts lists the executions that ran submission id, first attempt first.
 func (c *Client) SubmissionAttempts(ctx context.Context, id int64) ([]int64, error) {
-	rows, err := c.store.SubmissionAttempts(ctx, id)
+	rows, err := c.subs.SubmissionAttempts(ctx, id)
 	if err != nil {
 		return nil, err
 	}

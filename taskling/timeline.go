@@ -66,7 +66,7 @@ func (c *Client) TaskTimeline(ctx context.Context, app, task string, window time
 	if !ok {
 		return TaskTimeline{}, notFound("task " + app + "/" + task)
 	}
-	tl, err := c.store.Timeline(ctx, id, window, maxBars)
+	tl, err := c.history.Timeline(ctx, id, window, maxBars)
 	if err != nil {
 		return TaskTimeline{}, err
 	}

@@ -70,13 +70,26 @@ func TestDisputesUpgradeKeepsHoldersAndBlocks(t *testing.T) {
 	old := newClient(t, pool, &taskling.Config{HostName: "old", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2}})
 	holder, err := old.StartExecution(ctx, app, task, nil)
 	require.NoError(t, err)
-	blocks, err := holder.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 5}, nil)
+	// The holder's blocks as a release of 0008 took them (this binary's block statements need
+	// migration 0018): [1, 5] completed, [6, 10] taken.
+	_, err = pool.Exec(ctx, `
+WITH b AS (
+    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, status)
+    SELECT task_id, 1, id, f, f + 4, CASE WHEN f = 1 THEN 3 ELSE 1 END
+    FROM taskling.task_execution, unnest(ARRAY[1, 6]) AS f WHERE id = $1
+    RETURNING id, status
+)
+INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, status, ended_at, items_done)
+SELECT id, 1, $1, status, CASE WHEN status = 3 THEN clock_timestamp() END, CASE WHEN status = 3 THEN 5 END FROM b`, holder.ID())
 	require.NoError(t, err)
-	require.NoError(t, blocks[0].Complete(ctx, 5))
 
 	require.NoError(t, migrations.Up(ctx, pool))
 
-	require.NoError(t, blocks[1].Complete(ctx, 5))
+	taken, err := holder.LastBlock(ctx, taskling.KindNumericRange, taskling.LastCreated)
+	require.NoError(t, err)
+	require.EqualValues(t, 6, taken.From)
+	taken.Attempt = 1 // LastBlock's handle is for information: the holder's attempt is its first
+	require.NoError(t, taken.Complete(ctx, 5), "the holder completes the block it took before the upgrade")
 	info, err := old.Task(ctx, app, task)
 	require.NoError(t, err)
 	require.Nil(t, info.Disagreement)

@@ -25,7 +25,9 @@ func TestFailedClaimsUpgradeFreesReferencesOfFailedExecutions(t *testing.T) {
 	done := old.start(t, idempotent("done.csv"))
 	require.NoError(t, done.Complete(ctx))
 	failed := old.start(t, idempotent("bad.csv"))
-	require.NoError(t, failed.RecordError(ctx, "boom", true))
+	// RecordError(ctx, "boom", true) as the previous release stored it (this binary's statement
+	// needs migration 0018).
+	old.exec(t, `UPDATE taskling.task_execution SET failed = true WHERE id = $1`, failed.ID())
 	require.NoError(t, failed.Complete(ctx))
 	// What a release of the previous release wrote for it.
 	old.exec(t, `UPDATE taskling.reference_claim SET succeeded = true WHERE execution_id = $1`, failed.ID())

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/submitstore"
 )
 
 // WorkOptions configure Work. A nil *WorkOptions means all defaults.
@@ -196,14 +197,14 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 		// an attempt instead, as a failed run does, and the ones behind it go on.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
 		defer cancel()
-		if ferr := c.store.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error()))); ferr != nil {
-			w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
+		if ferr := c.subs.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error()))); ferr != nil {
+			w.unclaim(stopCtx, []submitstore.ClaimedSubmission{*sub}, session)
 			return false, ferr
 		}
 		return true, nil
 	}
 	if err != nil {
-		w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
+		w.unclaim(stopCtx, []submitstore.ClaimedSubmission{*sub}, session)
 		if stopCtx.Err() != nil {
 			return false, nil
 		}
@@ -225,11 +226,11 @@ func refusesItsRow(err error) bool {
 }
 
 // unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.
-func (w *worker) unclaim(ctx context.Context, subs []execution.ClaimedSubmission, session int64) {
+func (w *worker) unclaim(ctx context.Context, subs []submitstore.ClaimedSubmission, session int64) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, sub := range subs {
-		if err := w.c.store.UnclaimSubmission(uctx, sub.ID, session); err != nil {
+		if err := w.c.subs.UnclaimSubmission(uctx, sub.ID, session); err != nil {
 			w.c.log.Warn("taskling: could not give a claimed submission back; it is taken again once the claim lapses",
 				zap.Int64("submission", sub.ID), zap.Error(err))
 		}
@@ -241,13 +242,13 @@ func (w *worker) unclaim(ctx context.Context, subs []execution.ClaimedSubmission
 type claimBuffer struct {
 	asking    atomic.Int32
 	mu        sync.Mutex
-	claimed   []execution.ClaimedSubmission
+	claimed   []submitstore.ClaimedSubmission
 	lastEmpty time.Time // when a claim last found nothing
 }
 
 // take returns the next claimed submission, claiming a batch when none is left; nil when there
 // is nothing to claim.
-func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration) (*execution.ClaimedSubmission, error) {
+func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration) (*submitstore.ClaimedSubmission, error) {
 	b.asking.Add(1)
 	defer b.asking.Add(-1)
 	asked := time.Now()
@@ -258,7 +259,7 @@ func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, thresh
 			return nil, nil // a claim that began after this worker asked found nothing
 		}
 		began := time.Now()
-		subs, err := w.c.store.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()))
+		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()))
 		if err != nil || len(subs) == 0 {
 			if err == nil {
 				b.lastEmpty = began
@@ -339,7 +340,7 @@ func (w *worker) recover(ctx context.Context) error {
 		return err
 	}
 	req := execution.AcquireRequest{TaskID: w.taskID, TaskName: w.app + "/" + w.task, Host: c.host, SessionID: session, Declared: declared}
-	_, err = c.store.RecoverSubmissions(ctx, w.taskID, req)
+	_, err = c.subs.RecoverSubmissions(ctx, w.taskID, req)
 	return err
 }
 

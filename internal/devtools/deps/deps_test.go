@@ -23,8 +23,11 @@ var rooms = []struct {
 	name     string
 	packages []string
 }{
-	{"leaves: pure logic and the schema", []string{"tokens", "internal/backoff", "internal/cronspec", "migrations", "internal/principals"}},
+	{"leaves: pure logic, named codes and the schema", []string{"tokens", "internal/backoff", "internal/cronspec", "internal/codes",
+		"migrations", "internal/principals"}},
 	{"the grant protocol", []string{"execution"}},
+	{"the feature stores", []string{"internal/store/blockstore", "internal/store/submitstore", "internal/store/schedulestore",
+		"internal/store/historystore", "internal/store/adminstore"}},
 	{"the library", []string{"taskling"}},
 	{"integrations of the library", []string{"taskling/tasklingprom", "taskling/settingsfile"}},
 	{"the HTTP API", []string{"internal/httpapi"}},

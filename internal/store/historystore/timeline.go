@@ -1,4 +1,4 @@
-package execution
+package historystore
 
 import (
 	"context"
@@ -15,52 +15,47 @@ import (
 // bounded number of the executions started just before the window (those that ended or were
 // reclaimed in it).
 
-// timelineLookback is how many granted executions started before the window are looked at: those
-// of them that ended (or were reclaimed) inside the window are drawn and counted. Denied starts
-// (blocked) never held a slot and are skipped, so a flood of denials does not hide a long run.
-const timelineLookback = 2000
+// Both look at the 2000 granted executions started last before the window: those of them that
+// ended (or were reclaimed) inside it are drawn and counted. Denied starts (blocked) never held a
+// slot and are skipped, so a flood of denials does not hide a long run.
 
-// timelineCandidatesSQL is the ids of the executions of task $1 that may overlap the window
-// starting at $2 (w.t_from), at most $3 of those started in it (the newest).
-var timelineCandidatesSQL = `
-c AS (
+// timelineBarsSQL reads the executions of task $1 that held a slot in the window from $2 to $4,
+// the newest $3 first: among the newest $3 started in the window, the 2000 started before it
+// (those that ended or were reclaimed in it), and the holders still in the task
+// row.
+const timelineBarsSQL = `
+WITH c AS (
     (SELECT e.id FROM taskling.task_execution e
      WHERE e.task_id = $1 AND e.started_at >= $2 AND NOT e.blocked
      ORDER BY e.started_at DESC, e.id DESC LIMIT $3)
     UNION
     (SELECT e.id FROM taskling.task_execution e
      WHERE e.task_id = $1 AND e.started_at < $2 AND NOT e.blocked
-     ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
+     ORDER BY e.started_at DESC, e.id DESC LIMIT 2000)
     UNION
     SELECT substring(h FROM '^E:([0-9]+),')::bigint
     FROM taskling.task_definition d, unnest(string_to_array(d.holders, '|')) AS h
     WHERE d.id = $1 AND h <> ''
-)`
-
-// timelineEndSQL is when execution e stopped holding its slot: its reclaim, its end, its
-// completion (rows of protocol 1), or — dead but not yet reclaimed — its last heartbeat. NULL
-// while it runs.
-var timelineEndSQL = `coalesce(` + reclaimedAtSQL + `, x.ended_at, e.completed_at,
-    CASE WHEN ` + statusSQL + ` = 'dead' THEN ` + lastHeartbeatSQL + ` END)`
-
-var timelineBarsSQL = `
-WITH ` + timelineCandidatesSQL + `
-SELECT e.id, e.host_name, e.started_at, ` + timelineEndSQL + ` AS ended_at, ` + statusSQL + ` AS status,
-    ` + reclaimedAtSQL + ` AS reclaimed_at, e.fence
-FROM c JOIN ` + executionFrom + ` ON e.id = c.id
+)
+SELECT e.id, e.host_name, e.started_at, taskling.execution_slot_end(e, x, s.last_heartbeat) AS ended_at,
+    taskling.execution_status(e, x, s.last_heartbeat) AS status, taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.fence
+FROM c
+JOIN taskling.task_execution e ON e.id = c.id
+LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+LEFT JOIN taskling.session s ON s.id = e.session_id
 WHERE e.task_id = $1 AND NOT e.blocked AND e.started_at <= $4
-  AND coalesce(` + timelineEndSQL + `, 'infinity') >= $2
+  AND coalesce(taskling.execution_slot_end(e, x, s.last_heartbeat), 'infinity') >= $2
 ORDER BY e.started_at DESC, e.id DESC
 LIMIT $3`
 
 // timelineMinutesSQL counts, per minute since the Unix epoch (UTC), the grants (executions not
 // blocked started in it), the denials (blocked executions started in it) and the reclaims
-// (executions reclaimed in it) of task $1 since $2.
-var timelineMinutesSQL = `
+// (executions reclaimed in it) of task $1 since $2 (among the 2000 started before $2 too).
+const timelineMinutesSQL = `
 WITH c AS (
     (SELECT e.id FROM taskling.task_execution e
      WHERE e.task_id = $1 AND e.started_at < $2 AND NOT e.blocked
-     ORDER BY e.started_at DESC, e.id DESC LIMIT ` + fmt.Sprint(timelineLookback) + `)
+     ORDER BY e.started_at DESC, e.id DESC LIMIT 2000)
 ), starts AS (
     SELECT floor(extract(epoch FROM e.started_at) / 60)::bigint AS minute,
            count(*) FILTER (WHERE NOT e.blocked) AS grants, count(*) FILTER (WHERE e.blocked) AS denials,
@@ -71,7 +66,7 @@ WITH c AS (
 ), reclaims AS (
     SELECT floor(extract(epoch FROM r.at) / 60)::bigint AS minute, 0::bigint, 0::bigint, count(*)
     FROM (
-        SELECT ` + reclaimedAtSQL + ` AS at
+        SELECT taskling.execution_reclaimed_at(e, x) AS at
         FROM taskling.task_execution e LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
         WHERE e.task_id = $1 AND (e.started_at >= $2 OR e.id IN (SELECT id FROM c))
     ) r
@@ -113,7 +108,7 @@ type Timeline struct {
 // Timeline returns the slot use of task taskID over the last window, with at most maxBars bars.
 func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration, maxBars int) (Timeline, error) {
 	var out Timeline
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT now(), now() - $1::interval`, window).Scan(&out.Now, &out.From); err != nil {
 			return err
 		}
@@ -146,7 +141,7 @@ func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration
 		return err
 	})
 	if err != nil {
-		return Timeline{}, fmt.Errorf("execution: timeline of task %d: %w", taskID, err)
+		return Timeline{}, fmt.Errorf("timeline of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

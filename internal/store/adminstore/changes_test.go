@@ -1,4 +1,4 @@
-package execution_test
+package adminstore_test
 
 import (
 	"testing"
@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/schedulestore"
 )
 
 // TestARetiredScheduleRefusesAClaimPlannedBeforeIt: a host that planned an instant on the cursor
@@ -15,14 +17,14 @@ import (
 func TestARetiredScheduleRefusesAClaimPlannedBeforeIt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	row, err := b.store.UpsertSchedule(b.ctx, execution.ScheduleDef{TaskID: b.taskID, Spec: "* * * * * *", TimeZone: "UTC",
+	row, err := b.scheds.UpsertSchedule(b.ctx, schedulestore.ScheduleDef{TaskID: b.taskID, Spec: "* * * * * *", TimeZone: "UTC",
 		MaxCatchUp: 100, MisfireThreshold: 5 * time.Second, Host: "h"})
 	require.NoError(t, err)
-	changed, found, err := b.store.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
+	changed, found, err := b.admin.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.True(t, found)
-	changed, _, err = b.store.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
+	changed, _, err = b.admin.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
 	require.NoError(t, err)
 	require.False(t, changed, "retired already")
 
@@ -39,13 +41,13 @@ func TestARetiredScheduleRefusesAClaimPlannedBeforeIt(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.task_execution`).Scan(&n))
 	require.Zero(t, n, "the claim wrote nothing")
 
-	changed, err = b.store.Unretire(b.ctx, execution.UnretireRequest{TaskID: b.taskID, Schedule: true, Op: execution.Operator{Principal: "ops", By: "ops"}})
+	changed, err = b.admin.Unretire(b.ctx, adminstore.UnretireRequest{TaskID: b.taskID, Schedule: true, Op: execution.Operator{Principal: "ops", By: "ops"}})
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.NoError(t, claim())
-	changes, err := b.store.Changes(b.ctx, b.taskID, 0, 10)
+	changes, err := b.admin.Changes(b.ctx, b.taskID, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, changes, 2)
-	require.Equal(t, execution.FieldScheduleRetired, changes[0].Field)
+	require.Equal(t, adminstore.FieldScheduleRetired, changes[0].Field)
 	require.Equal(t, "no", *changes[0].New)
 }

@@ -1,4 +1,7 @@
-package execution
+// Package submitstore is the storage of submissions (migration 0007): durable requests to run a
+// task, claimed by workers, whose attempts the grant protocol starts and whose ends settle them
+// (taskling.settle_attempts). Not a stable API.
+package submitstore
 
 import (
 	"cmp"
@@ -11,21 +14,15 @@ import (
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // A submission is a durable request to run a task (migration 0007). Workers claim the first
 // waiting ones (highest priority, oldest), wait for a slot for each; the grant starts its attempt
 // in the same transaction (AcquireRequest.Submission), and the end of that execution settles it
 // (the trigger on execution_end).
-
-// Submission statuses, as stored.
-const (
-	SubmissionWaiting    int16 = 1
-	SubmissionInProgress int16 = 2
-	SubmissionCompleted  int16 = 3
-	SubmissionDead       int16 = 4
-	SubmissionCancelled  int16 = 5
-)
 
 // Querier runs SQL: a pool, a connection or the caller's transaction (SubmitTx).
 type Querier interface {
@@ -52,7 +49,7 @@ WITH ins AS (
     ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
     RETURNING id
 )
-SELECT id, pg_notify('` + notifyChannel + `', 's' || $1::text) IS NULL FROM ins`
+SELECT id, pg_notify('taskling_slots', 's' || $1::text) IS NULL FROM ins`
 
 const submissionByReferenceSQL = `SELECT id FROM taskling.submission WHERE task_id = $1 AND reference_value = $2`
 
@@ -102,7 +99,7 @@ UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
 WHERE s.id IN (
     SELECT c.id FROM taskling.submission c
-    WHERE c.task_id = $1 AND c.status = 1
+    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
@@ -115,7 +112,7 @@ RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attem
 // queue order (none when there is none to claim).
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int) ([]ClaimedSubmission, error) {
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.pool, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 		return nil, fmt.Errorf("execution: claim submissions of task %d: %w", taskID, err)
 	}
 	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
@@ -129,9 +126,9 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 
 // UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
 func (s *Store) UnclaimSubmission(ctx context.Context, id, session int64) error {
-	_, err := s.pool.Exec(ctx, `
+	_, err := s.db.Exec(ctx, `
 UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
-WHERE id = $1 AND claimed_by = $2 AND status = 1`, id, session)
+WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiting')`, id, session)
 	if err != nil {
 		return fmt.Errorf("execution: unclaim submission %d: %w", id, err)
 	}
@@ -147,57 +144,57 @@ SET attempts = attempts + 1,
     finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END,
     last_error = 'attempt ' || (attempts + 1) || ' could not start: ' || $3,
     claimed_by = NULL, updated_at = clock_timestamp()
-WHERE id = $1 AND claimed_by = $2 AND status = 1`
+WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiting')`
 
 // FailSubmissionStart spends an attempt of submission id, claimed by session, whose attempt could
 // not start for a reason its own row gives (message): trying again would fail the same way.
 func (s *Store) FailSubmissionStart(ctx context.Context, id, session int64, message string) error {
-	if _, err := s.pool.Exec(ctx, failStartSQL, id, session, message); err != nil {
+	if _, err := s.db.Exec(ctx, failStartSQL, id, session, message); err != nil {
 		return fmt.Errorf("execution: record that submission %d could not start: %w", id, err)
 	}
 	return nil
 }
 
-// stuckSubmissionsSQL finds the task's in-progress submissions whose execution ended without
+// stuckSubmissionsSQL counts task $1's in-progress submissions whose execution ended without
 // settling them (a reclaim that committed alongside their start) — ended — or whose holder is
 // judged dead on the database clock but not reclaimed yet — dead.
-var stuckSubmissionsSQL = `
-SELECT count(*) FILTER (WHERE x.execution_id IS NOT NULL), count(*) FILTER (WHERE x.execution_id IS NULL AND NOT ` + aliveSQL + `)
+const stuckSubmissionsSQL = `
+SELECT count(*) FILTER (WHERE x.execution_id IS NOT NULL),
+       count(*) FILTER (WHERE x.execution_id IS NULL AND NOT taskling.holder_alive(e, s.last_heartbeat))
 FROM taskling.submission sub
 JOIN taskling.task_execution e ON e.id = sub.execution_id
 LEFT JOIN taskling.session s ON s.id = e.session_id
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
-WHERE sub.status = 2 AND sub.task_id = $1`
+WHERE sub.status = taskling.submission_status('in_progress') AND sub.task_id = $1`
 
-// requeueEndedSQL settles in-progress submissions whose execution has ended, as the trigger
-// would have.
-const requeueEndedSQL = `
-UPDATE taskling.submission sub
-SET status = CASE WHEN x.outcome = 1 THEN 3 WHEN sub.cancel_requested_at IS NOT NULL THEN 5
-                  WHEN sub.attempts >= sub.max_attempts THEN 4 ELSE 1 END,
-    last_error = CASE WHEN x.outcome = 1 THEN sub.last_error
-                      ELSE coalesce(sub.last_error, 'attempt ' || sub.attempts || ' (execution ' || x.execution_id || ') ended without a result') END,
-    finished_at = CASE WHEN x.outcome = 1 OR sub.cancel_requested_at IS NOT NULL OR sub.attempts >= sub.max_attempts THEN clock_timestamp() END,
-    updated_at = clock_timestamp()
-FROM taskling.execution_end x
-WHERE x.execution_id = sub.execution_id AND sub.status = 2 AND sub.task_id = $1`
+// settleEndedSQL settles task $1's in-progress submissions whose execution ended, as the trigger
+// on execution_end does: through taskling.settle_attempts, the settlement's one definition.
+const settleEndedSQL = `
+WITH ended AS (
+    SELECT x.execution_id, x.outcome
+    FROM taskling.submission sub JOIN taskling.execution_end x ON x.execution_id = sub.execution_id
+    WHERE sub.task_id = $1 AND sub.status = taskling.submission_status('in_progress')
+)
+SELECT count(*) FROM taskling.settle_attempts(
+    ARRAY(SELECT execution_id FROM ended ORDER BY execution_id),
+    ARRAY(SELECT outcome FROM ended ORDER BY execution_id))`
 
 // RecoverSubmissions settles the task's in-progress submissions that no live execution runs any
 // more: those whose execution ended are settled at once; those whose holder is dead are reaped
 // (Reap), and their end settles them. It returns how many it found.
-func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, req AcquireRequest) (int, error) {
+func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, req execution.AcquireRequest) (int, error) {
 	var ended, dead int
-	if err := s.pool.QueryRow(ctx, stuckSubmissionsSQL, taskID).Scan(&ended, &dead); err != nil {
+	if err := s.db.QueryRow(ctx, stuckSubmissionsSQL, taskID).Scan(&ended, &dead); err != nil {
 		return 0, fmt.Errorf("execution: find stuck submissions of task %d: %w", taskID, err)
 	}
 	if ended > 0 {
-		if _, err := s.pool.Exec(ctx, requeueEndedSQL, taskID); err != nil {
+		if _, err := s.db.Exec(ctx, settleEndedSQL, taskID); err != nil {
 			return 0, fmt.Errorf("execution: settle submissions of task %d: %w", taskID, err)
 		}
 	}
 	if dead > 0 {
 		req.Reap, req.Wait, req.RecordDenial, req.Ticket = true, false, false, 0
-		if _, err := s.Acquire(ctx, req); err != nil {
+		if _, err := s.proto.Acquire(ctx, req); err != nil {
 			return ended, err
 		}
 	}
@@ -228,24 +225,64 @@ type SubmissionRow struct {
 	FinishedAt        *time.Time `db:"finished_at"`
 }
 
-// submissionColumns reads submission sub with its task d and the progress of its current or
-// last execution e. The position counts the waiting submissions ahead (priority, then age).
-const submissionColumns = `sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
-    CASE WHEN sub.status = 1 THEN 1 + (SELECT count(*) FROM taskling.submission a
-        WHERE a.task_id = sub.task_id AND a.status = 1
+// The submission reads: each submission with its task and the progress of its current or last
+// execution e. The position counts the waiting submissions ahead (priority, then age).
+
+// submissionSQL reads submission $1.
+const submissionSQL = `
+SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+    CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
+        SELECT count(*) FROM taskling.submission a
+        WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at`
-
-const submissionFrom = `taskling.submission sub
+    sub.submitted_at, sub.updated_at, sub.finished_at
+FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
-LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id`
+LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
+WHERE sub.id = $1`
+
+// submissionsSQL lists task $1's submissions of status $2 (0: any) with ids below $3 (0: any),
+// the newest $4 first.
+const submissionsSQL = `
+SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+    CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
+        SELECT count(*) FROM taskling.submission a
+        WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
+          AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
+    sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
+    sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
+    sub.submitted_at, sub.updated_at, sub.finished_at
+FROM taskling.submission sub
+JOIN taskling.task_definition d ON d.id = sub.task_id
+LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
+WHERE sub.task_id = $1 AND ($2 = 0 OR sub.status = $2) AND ($3 = 0 OR sub.id < $3)
+ORDER BY sub.id DESC
+LIMIT $4`
+
+// waitingSubmissionsSQL lists task $1's waiting submissions with ids below $3 (0: any) in queue
+// order, at most $4 ($2 is the waiting status).
+const waitingSubmissionsSQL = `
+SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+    CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
+        SELECT count(*) FROM taskling.submission a
+        WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
+          AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
+    sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
+    sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
+    sub.submitted_at, sub.updated_at, sub.finished_at
+FROM taskling.submission sub
+JOIN taskling.task_definition d ON d.id = sub.task_id
+LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
+WHERE sub.task_id = $1 AND sub.status = $2 AND ($3 = 0 OR sub.id < $3)
+ORDER BY sub.priority DESC, sub.id
+LIMIT $4`
 
 // Submission returns one submission; ok is false when there is none with that id.
 func (s *Store) Submission(ctx context.Context, id int64) (row SubmissionRow, ok bool, err error) {
 	var out []SubmissionRow
-	if err := pgxscan.Select(ctx, s.pool, &out, `SELECT `+submissionColumns+` FROM `+submissionFrom+` WHERE sub.id = $1`, id); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, submissionSQL, id); err != nil {
 		return row, false, fmt.Errorf("execution: submission %d: %w", id, err)
 	}
 	if len(out) == 0 {
@@ -262,17 +299,14 @@ type SubmissionFilter struct {
 }
 
 // Submissions returns the task's submissions, newest first; waiting ones are in queue order
-// when Status is SubmissionWaiting.
+// when Status is codes.SubmissionWaiting.
 func (s *Store) Submissions(ctx context.Context, taskID int64, f SubmissionFilter) ([]SubmissionRow, error) {
-	order := `sub.id DESC`
-	if f.Status == SubmissionWaiting {
-		order = `sub.priority DESC, sub.id`
+	q := submissionsSQL
+	if f.Status == codes.SubmissionWaiting {
+		q = waitingSubmissionsSQL
 	}
-	q := `SELECT ` + submissionColumns + ` FROM ` + submissionFrom + `
-WHERE sub.task_id = $1 AND ($2 = 0 OR sub.status = $2) AND ($3 = 0 OR sub.id < $3)
-ORDER BY ` + order + ` LIMIT $4`
 	var out []SubmissionRow
-	if err := pgxscan.Select(ctx, s.pool, &out, q, taskID, f.Status, f.Before, f.Limit); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, q, taskID, f.Status, f.Before, f.Limit); err != nil {
 		return nil, fmt.Errorf("execution: submissions of task %d: %w", taskID, err)
 	}
 	return out, nil
@@ -287,7 +321,7 @@ type SubmissionAttempt struct {
 // SubmissionAttempts lists a submission's attempts, first first.
 func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]SubmissionAttempt, error) {
 	var out []SubmissionAttempt
-	if err := pgxscan.Select(ctx, s.pool, &out, `SELECT attempt, execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, `SELECT attempt, execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id); err != nil {
 		return nil, fmt.Errorf("execution: attempts of submission %d: %w", id, err)
 	}
 	return out, nil
@@ -298,25 +332,25 @@ func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]SubmissionA
 const cancelSubmissionSQL = `
 WITH c AS (
     UPDATE taskling.submission
-    SET status = CASE WHEN status = 1 THEN 5 ELSE status END,
-        finished_at = CASE WHEN status = 1 THEN clock_timestamp() ELSE finished_at END,
+    SET status = CASE WHEN status = taskling.submission_status('waiting') THEN taskling.submission_status('cancelled') ELSE status END,
+        finished_at = CASE WHEN status = taskling.submission_status('waiting') THEN clock_timestamp() ELSE finished_at END,
         cancel_requested_at = clock_timestamp(), cancel_reason = $2, claimed_by = NULL, updated_at = clock_timestamp()
-    WHERE id = $1 AND status IN (1, 2)
+    WHERE id = $1 AND status IN (taskling.submission_status('waiting'), taskling.submission_status('in_progress'))
     RETURNING id, task_id, status
 ), ch AS (
     INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
-    SELECT c.task_id, $3, $4, 'submission #' || c.id, CASE WHEN c.status = 5 THEN 'waiting' ELSE 'in_progress' END,
-        CASE WHEN c.status = 5 THEN 'cancelled' ELSE 'cancel requested' END || CASE WHEN $2 = '' THEN '' ELSE ': ' || $2 END
+    SELECT c.task_id, $3, $4, 'submission #' || c.id, CASE WHEN c.status = taskling.submission_status('cancelled') THEN 'waiting' ELSE 'in_progress' END,
+        CASE WHEN c.status = taskling.submission_status('cancelled') THEN 'cancelled' ELSE 'cancel requested' END || CASE WHEN $2 = '' THEN '' ELSE ': ' || $2 END
     FROM c
 )
-SELECT c.status, pg_notify('` + notifyChannel + `', 'c' || c.id) IS NULL FROM c`
+SELECT c.status, pg_notify('taskling_slots', 'c' || c.id) IS NULL FROM c`
 
 // CancelSubmission cancels submission id, recording the operator change ("submission #ID") by
 // op: found is false when it does not exist or has already finished (completed, dead or
 // cancelled).
-func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, op Operator) (status int16, found bool, err error) {
+func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, op execution.Operator) (status int16, found bool, err error) {
 	var ignored bool
-	err = s.pool.QueryRow(ctx, cancelSubmissionSQL, id, reason, op.By, op.Principal).Scan(&status, &ignored)
+	err = s.db.QueryRow(ctx, cancelSubmissionSQL, id, reason, op.By, op.Principal).Scan(&status, &ignored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

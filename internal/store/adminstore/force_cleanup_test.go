@@ -1,4 +1,4 @@
-package execution_test
+package adminstore_test
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/internal/store/blockstore"
 )
 
 // oldCompletedBlocks runs an execution that creates and completes numeric blocks [1, 10] and
@@ -17,14 +20,14 @@ import (
 func (b *testBundle) oldCompletedBlocks(t *testing.T) int64 {
 	t.Helper()
 	res := b.acquire(t, -1)
-	rows, err := b.store.TakeBlocks(b.ctx, execution.TakeBlocksRequest{TaskID: b.taskID, ExecutionID: res.ExecutionID, Kind: execution.BlockNumeric,
-		New: func(*execution.BlockEnd, int) (execution.NewBlocks, error) {
-			return execution.NewBlocks{FromNumbers: []int64{1, 11}, ToNumbers: []int64{10, 20}}, nil
+	rows, err := b.blocks.TakeBlocks(b.ctx, blockstore.TakeBlocksRequest{TaskID: b.taskID, ExecutionID: res.ExecutionID, Kind: codes.BlockNumeric,
+		New: func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
+			return blockstore.NewBlocks{FromNumbers: []int64{1, 11}, ToNumbers: []int64{10, 20}}, nil
 		}})
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	for _, r := range rows {
-		require.NoError(t, b.store.SetBlockStatus(b.ctx, r.ID, 1, execution.BlockCompleted, nil, 0, nil))
+		require.NoError(t, b.blocks.SetBlockStatus(b.ctx, r.ID, 1, codes.BlockCompleted, nil, 0, nil))
 	}
 	b.release(t, res)
 	_, err = b.pool.Exec(b.ctx, `
@@ -42,7 +45,7 @@ func (b *testBundle) lockForces(t *testing.T) pgx.Tx {
 	tx, err := b.pool.Begin(b.ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	_, err = tx.Exec(b.ctx, `SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(execution.ForceLockClassForTest), int32(b.taskID))
+	_, err = tx.Exec(b.ctx, `SELECT taskling.lock_task_forces($1)`, b.taskID)
 	require.NoError(t, err)
 	return tx
 }
@@ -73,17 +76,17 @@ func TestACleanupBatchSeesAForceCommittedWhileItWaited(t *testing.T) {
 	require.NoError(t, err)
 
 	done := make(chan error, 1)
-	var counts execution.CleanupCounts
+	var counts adminstore.CleanupCounts
 	go func() {
 		var err error
-		counts, _, err = (&execution.Cleaner{Store: b.store, TaskID: b.taskID, Keep: keep}).Batch(b.ctx)
+		counts, _, err = (&adminstore.Cleaner{Store: b.admin, TaskID: b.taskID, Keep: keep}).Batch(b.ctx)
 		done <- err
 	}()
 	b.waitForALockWait(t)
 	require.NoError(t, force.Commit(b.ctx))
 	require.NoError(t, <-done)
-	require.Equal(t, execution.CleanupCounts{}, counts)
-	info, ok, err := b.store.BlockByID(b.ctx, block)
+	require.Equal(t, adminstore.CleanupCounts{}, counts)
+	info, ok, err := b.blocks.BlockByID(b.ctx, block)
 	require.NoError(t, err)
 	require.True(t, ok, "the forced block stays")
 	require.True(t, info.ForcePending)
@@ -102,12 +105,12 @@ func TestAForceThatWaitedForACleanupBatchFindsItsBlockGone(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.store.ForceBlock(b.ctx, block, execution.Operator{Principal: "ops", By: "ops"})
+		_, err := b.blocks.ForceBlock(b.ctx, block, execution.Operator{Principal: "ops", By: "ops"})
 		done <- err
 	}()
 	b.waitForALockWait(t)
 	require.NoError(t, batch.Commit(b.ctx))
-	require.ErrorIs(t, <-done, execution.ErrBlockNotFound)
+	require.ErrorIs(t, <-done, blockstore.ErrBlockNotFound)
 	var changes int
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.operator_change`).Scan(&changes))
 	require.Zero(t, changes)

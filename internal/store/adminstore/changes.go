@@ -1,4 +1,4 @@
-package execution
+package adminstore
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // Operator changes: every change an operator makes to a task is written to
@@ -47,13 +50,6 @@ type Change struct {
 	New       *string   `db:"new_value"`
 }
 
-// Operator is who makes an operator change: Principal, the name recorded in the principal
-// column (and as who retired a task or forced a block), and By, the free text of changed_by.
-type Operator struct {
-	Principal string
-	By        string
-}
-
 // insertChangesSQL records changes of task $1 by $2 (principal $3), given as parallel arrays, in
 // their order.
 const insertChangesSQL = `
@@ -75,7 +71,7 @@ func (c *changeList) add(field string, old, new *string) {
 	c.fields, c.olds, c.news = append(c.fields, field), append(c.olds, old), append(c.news, new)
 }
 
-func (c *changeList) queue(b *pgx.Batch, taskID int64, op Operator) {
+func (c *changeList) queue(b *pgx.Batch, taskID int64, op execution.Operator) {
 	if len(c.fields) > 0 {
 		b.Queue(insertChangesSQL, taskID, op.By, op.Principal, c.fields, c.olds, c.news)
 	}
@@ -102,9 +98,9 @@ func LimitText(n int) string {
 // ModeText writes a stored death mode.
 func ModeText(m int16) string {
 	switch m {
-	case modeKeepAlive:
+	case codes.DeathKeepAlive:
 		return "keepalive"
-	case modeOverride:
+	case codes.DeathOverride:
 		return "override"
 	}
 	return strconv.Itoa(int(m))
@@ -128,15 +124,15 @@ func durationText(d time.Duration) string { return d.String() }
 
 // OverridesChange is an operator's change of a task's overrides.
 type OverridesChange struct {
-	Set  Overrides          // nil fields are left as they are
-	Keep RetentionOverrides // nil fields are left as they are
+	Set  execution.Overrides          // nil fields are left as they are
+	Keep execution.RetentionOverrides // nil fields are left as they are
 	// Clear removes every override (Set and Keep are then ignored).
 	Clear bool
-	Op    Operator
+	Op    execution.Operator
 	// Fallback is what a change of the liveness overrides (death mode, interval, thresholds) is
 	// checked against when no host declared settings yet (the caller's own, say); once one did,
 	// its declaration. nil: such a change is checked on its own only.
-	Fallback *Settings
+	Fallback *execution.Settings
 	// FallbackAs names Fallback in errors.
 	FallbackAs string
 }
@@ -145,8 +141,8 @@ type OverridesChange struct {
 // enabled one as operators set it: a retired task's row says disabled, and keeps the override
 // it had before retiring in retired_enabled.
 type storedOverrides struct {
-	o       Overrides
-	keep    RetentionOverrides
+	o       execution.Overrides
+	keep    execution.RetentionOverrides
 	retired bool
 }
 
@@ -212,7 +208,7 @@ WITH u AS (
     WHERE id = $1
     RETURNING id
 )
-SELECT pg_notify('` + notifyChannel + `', id::text) FROM u`
+SELECT pg_notify('taskling_slots', id::text) FROM u`
 
 // ChangeOverrides makes an operator's change of a task's overrides and records each field whose
 // value it changes, in one transaction: the old values are read under the task row's lock (and,
@@ -232,7 +228,7 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 	keepToo := c.Clear || !c.Keep.IsZero()
 	writeTask := c.Clear || !c.Set.IsZero() || c.Keep.IsZero() // an empty change still wakes waiters
 	var changes changeList
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var old storedOverrides
 		b := &pgx.Batch{}
 		if keepToo {
@@ -246,7 +242,7 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 				&o.OverrideThreshold, &old.retired)
 		})
 		check := !c.Clear && c.Set.Liveness()
-		var declared Settings
+		var declared execution.Settings
 		var declaredAs string
 		var found bool
 		if check {
@@ -301,9 +297,9 @@ WITH u AS (
     RETURNING id
 ), c AS (
     INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
-    SELECT id, $2, $3, '` + FieldRetired + `', 'no', 'yes' FROM u
+    SELECT id, $2, $3, 'retired', 'no', 'yes' FROM u
 )
-SELECT pg_notify('` + notifyChannel + `', id::text) IS NULL FROM u`
+SELECT pg_notify('taskling_slots', id::text) IS NULL FROM u`
 
 // retireScheduleSQL retires the schedule of task $1 by principal $3 (note $2) unless it is
 // retired; it answers whether the task has a schedule and whether it changed.
@@ -314,15 +310,15 @@ WITH u AS (
     RETURNING task_id
 ), c AS (
     INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
-    SELECT task_id, $2, $3, '` + FieldScheduleRetired + `', 'no', 'yes' FROM u
+    SELECT task_id, $2, $3, 'schedule_retired', 'no', 'yes' FROM u
 )
 SELECT EXISTS (SELECT 1 FROM taskling.schedule WHERE task_id = $1), EXISTS (SELECT 1 FROM u)`
 
 // RetireTask retires a task, recording the change: every host refuses its starts from the next
 // one on, it leaves the lists, its schedule claims nothing. changed is false when it was retired
 // already (nothing is written).
-func (s *Store) RetireTask(ctx context.Context, taskID int64, op Operator) (changed bool, err error) {
-	rows, err := s.pool.Query(ctx, retireTaskSQL, taskID, op.By, op.Principal)
+func (s *Store) RetireTask(ctx context.Context, taskID int64, op execution.Operator) (changed bool, err error) {
+	rows, err := s.db.Query(ctx, retireTaskSQL, taskID, op.By, op.Principal)
 	if err != nil {
 		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
 	}
@@ -335,8 +331,8 @@ func (s *Store) RetireTask(ctx context.Context, taskID int64, op Operator) (chan
 
 // RetireSchedule retires a task's schedule, recording the change: no host claims its instants
 // while it is retired. found is false when the task has no schedule.
-func (s *Store) RetireSchedule(ctx context.Context, taskID int64, op Operator) (changed, found bool, err error) {
-	if err := s.pool.QueryRow(ctx, retireScheduleSQL, taskID, op.By, op.Principal).Scan(&found, &changed); err != nil {
+func (s *Store) RetireSchedule(ctx context.Context, taskID int64, op execution.Operator) (changed, found bool, err error) {
+	if err := s.db.QueryRow(ctx, retireScheduleSQL, taskID, op.By, op.Principal).Scan(&found, &changed); err != nil {
 		return false, false, fmt.Errorf("execution: retire the schedule of task %d: %w", taskID, err)
 	}
 	return changed, found, nil
@@ -346,32 +342,51 @@ func (s *Store) RetireSchedule(ctx context.Context, taskID int64, op Operator) (
 type UnretireRequest struct {
 	TaskID   int64
 	Schedule bool // the schedule's retirement, not the task's
-	Op       Operator
+	Op       execution.Operator
 	// Gap, when set, moves the task's schedule cursor from Gap.Expected to Next, recording
 	// Gap.Events (the instants that came due while it was retired: decided, not run), by a
 	// compare-and-set: if the cursor moved meanwhile, nothing is written and the error is a
-	// schedule conflict (IsScheduleConflict).
-	Gap  *ScheduleClaim
+	// schedule conflict (execution.IsScheduleConflict).
+	Gap  *execution.ScheduleClaim
 	Next time.Time
 	Host string // recorded with the gap's events
 }
 
-// gapSQL moves the cursor over a retirement's gap, whatever the schedule's retirement; a failed
-// compare-and-set aborts the transaction.
-var gapSQL = moveCursorCTEWhere("") + cursorMovedSQL
+// gapSQL moves task $1's schedule cursor from $9 to $8 over a retirement's gap, whatever the
+// schedule's retirement, recording the events ($3–$7, by host $2); a failed compare-and-set
+// raises TLC01, aborting the transaction.
+const gapSQL = `
+WITH u AS (
+    UPDATE taskling.schedule SET cursor_at = $8 WHERE task_id = $1 AND cursor_at = $9
+    RETURNING task_id
+), ev AS (
+    INSERT INTO taskling.schedule_event (task_id, kind, first_instant, last_instant, instants, detail, host_name)
+    SELECT $1, e.k, e.f, e.l, e.n, e.d, $2
+    FROM u, unnest($3::smallint[], $4::timestamptz[], $5::timestamptz[], $6::bigint[], $7::text[]) WITH ORDINALITY AS e(k, f, l, n, d, o)
+    ORDER BY e.o
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN true ELSE taskling.schedule_cursor_moved($1) END`
+
+// unretireTaskSQL and unretireScheduleSQL end the retirement of task $1, or of its schedule.
+const (
+	unretireTaskSQL = `
+UPDATE taskling.task_definition SET enabled = retired_enabled, retired_at = NULL, retired_by = NULL, retired_enabled = NULL
+WHERE id = $1 AND retired_at IS NOT NULL
+RETURNING id`
+	unretireScheduleSQL = `
+UPDATE taskling.schedule SET retired_at = NULL, retired_by = NULL
+WHERE task_id = $1 AND retired_at IS NOT NULL
+RETURNING task_id`
+)
 
 // Unretire ends a retirement, recording the change, and wakes the task's waiters and schedulers.
 // changed is false when it was not retired (nothing is written).
 func (s *Store) Unretire(ctx context.Context, req UnretireRequest) (changed bool, err error) {
-	clear, field := `
-UPDATE taskling.task_definition SET enabled = retired_enabled, retired_at = NULL, retired_by = NULL, retired_enabled = NULL
-WHERE id = $1 AND retired_at IS NOT NULL RETURNING id`, FieldRetired
+	clear, field := unretireTaskSQL, FieldRetired
 	if req.Schedule {
-		clear, field = `
-UPDATE taskling.schedule SET retired_at = NULL, retired_by = NULL
-WHERE task_id = $1 AND retired_at IS NOT NULL RETURNING task_id`, FieldScheduleRetired
+		clear, field = unretireScheduleSQL, FieldScheduleRetired
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, clear, req.TaskID)
 		if err != nil {
 			return err
@@ -383,18 +398,18 @@ WHERE task_id = $1 AND retired_at IS NOT NULL RETURNING task_id`, FieldScheduleR
 		changed = true
 		b := &pgx.Batch{}
 		if g := req.Gap; g != nil {
-			a := toArrays(g.Events)
-			b.Queue(gapSQL, req.TaskID, req.Host, a.kinds, a.firsts, a.lasts, a.counts, a.details, req.Next, g.Expected)
+			a := execution.ToArrays(g.Events)
+			b.Queue(gapSQL, req.TaskID, req.Host, a.Kinds, a.Firsts, a.Lasts, a.Counts, a.Details, req.Next, g.Expected)
 		}
 		was, now := "yes", "no"
 		changes := changeList{fields: []string{field}, olds: []*string{&was}, news: []*string{&now}}
 		changes.queue(b, req.TaskID, req.Op)
-		b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1::text)`, strconv.FormatInt(req.TaskID, 10))
+		b.Queue(`SELECT pg_notify('taskling_slots', $1::text)`, strconv.FormatInt(req.TaskID, 10))
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		changed = false
-		if IsScheduleConflict(err) {
+		if execution.IsScheduleConflict(err) {
 			return false, err
 		}
 		return false, fmt.Errorf("execution: unretire task %d: %w", req.TaskID, err)
@@ -412,7 +427,7 @@ type Retirement struct {
 func (s *Store) Retired(ctx context.Context, taskID int64) (*Retirement, error) {
 	var at *time.Time
 	var by *string
-	err := s.pool.QueryRow(ctx, `SELECT retired_at, retired_by FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&at, &by)
+	err := s.db.QueryRow(ctx, `SELECT retired_at, retired_by FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&at, &by)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("execution: retirement of task %d: %w", taskID, err)
 	}
@@ -434,7 +449,7 @@ func retirementOf(at *time.Time, by *string) *Retirement {
 // change with id before (0: from the newest).
 func (s *Store) Changes(ctx context.Context, taskID, before int64, limit int) ([]Change, error) {
 	var out []Change
-	err := pgxscan.Select(ctx, s.pool, &out, `
+	err := pgxscan.Select(ctx, s.db, &out, `
 SELECT id, at, changed_by, principal, field, old_value, new_value FROM taskling.operator_change
 WHERE task_id = $1 AND ($2 = 0 OR id < $2)
 ORDER BY id DESC LIMIT $3`, taskID, before, limit)

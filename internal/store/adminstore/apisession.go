@@ -1,4 +1,4 @@
-package execution
+package adminstore
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func (s *Store) StartAPISession(ctx context.Context, idSHA256 []byte, principal,
 	b.Queue(`DELETE FROM taskling.api_session WHERE expires_at <= now()`)
 	b.Queue(`INSERT INTO taskling.api_session (id_sha256, principal, credential, expires_at)
 VALUES ($1, $2, $3, now() + $4::interval)`, idSHA256, principal, credential, ttl)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("execution: start a session of %s: %w", principal, err)
 	}
 	return nil
@@ -35,7 +35,7 @@ VALUES ($1, $2, $3, now() + $4::interval)`, idSHA256, principal, credential, ttl
 // APISession returns the session whose id hashes to idSHA256, if it has not expired.
 func (s *Store) APISession(ctx context.Context, idSHA256 []byte) (APISession, bool, error) {
 	var a APISession
-	err := s.pool.QueryRow(ctx, `SELECT principal, credential, created_at, expires_at FROM taskling.api_session
+	err := s.db.QueryRow(ctx, `SELECT principal, credential, created_at, expires_at FROM taskling.api_session
 WHERE id_sha256 = $1 AND expires_at > now()`, idSHA256).Scan(&a.Principal, &a.Credential, &a.CreatedAt, &a.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, false, nil
@@ -48,7 +48,7 @@ WHERE id_sha256 = $1 AND expires_at > now()`, idSHA256).Scan(&a.Principal, &a.Cr
 
 // EndAPISession deletes the session whose id hashes to idSHA256.
 func (s *Store) EndAPISession(ctx context.Context, idSHA256 []byte) error {
-	if _, err := s.pool.Exec(ctx, `DELETE FROM taskling.api_session WHERE id_sha256 = $1`, idSHA256); err != nil {
+	if _, err := s.db.Exec(ctx, `DELETE FROM taskling.api_session WHERE id_sha256 = $1`, idSHA256); err != nil {
 		return fmt.Errorf("execution: end a session: %w", err)
 	}
 	return nil
@@ -56,7 +56,7 @@ func (s *Store) EndAPISession(ctx context.Context, idSHA256 []byte) error {
 
 // EndAPISessionsOf deletes every session of the principals and returns how many there were.
 func (s *Store) EndAPISessionsOf(ctx context.Context, principals []string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM taskling.api_session WHERE principal = ANY($1)`, principals)
+	tag, err := s.db.Exec(ctx, `DELETE FROM taskling.api_session WHERE principal = ANY($1)`, principals)
 	if err != nil {
 		return 0, fmt.Errorf("execution: end the sessions of %v: %w", principals, err)
 	}

@@ -1,4 +1,4 @@
-package execution
+package adminstore
 
 import (
 	"context"
@@ -8,86 +8,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/execution"
 )
 
 // KeepForever as a keep setting means "never delete" (it is about 292 years).
 const KeepForever = time.Duration(math.MaxInt64)
 
-// MinKeep is the shortest keep setting: history younger than a minute is never deleted.
-const MinKeep = time.Minute
-
 // MaxCleanupBatch is the most executions one cleanup transaction deletes.
 const MaxCleanupBatch = 1000
-
-// Retention is how long a task's history is kept, by outcome.
-type Retention struct {
-	// Completed executions (and completed submissions).
-	Completed time.Duration
-	// Failed and dead executions (and dead or cancelled submissions).
-	Failed time.Duration
-	// Blocked (denied) starts.
-	Blocked time.Duration
-}
-
-// Validate reports the first keep setting below MinKeep, naming it; in says where it came from.
-func (r Retention) Validate(in string) error {
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"KeepCompleted", r.Completed}, {"KeepFailed", r.Failed}, {"KeepBlocked", r.Blocked}} {
-		if err := checkMin(f.name, in, f.d, MinKeep); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// RetentionOverrides are an operator's keep settings; nil fields are not overridden.
-type RetentionOverrides struct {
-	Completed, Failed, Blocked *time.Duration
-}
-
-// IsZero reports whether nothing is overridden.
-func (o RetentionOverrides) IsZero() bool {
-	return o.Completed == nil && o.Failed == nil && o.Blocked == nil
-}
-
-// Apply returns r with every overridden field replaced.
-func (o RetentionOverrides) Apply(r Retention) Retention {
-	if o.Completed != nil {
-		r.Completed = *o.Completed
-	}
-	if o.Failed != nil {
-		r.Failed = *o.Failed
-	}
-	if o.Blocked != nil {
-		r.Blocked = *o.Blocked
-	}
-	return r
-}
-
-// ValidateFields checks each overridden value.
-func (o RetentionOverrides) ValidateFields() error {
-	const in = " (operator override)"
-	for _, f := range []struct {
-		name string
-		d    *time.Duration
-	}{{"KeepCompleted", o.Completed}, {"KeepFailed", o.Failed}, {"KeepBlocked", o.Blocked}} {
-		if f.d != nil {
-			if err := checkMin(f.name, in, *f.d, MinKeep); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
 
 // RetentionState is a task's row of taskling.retention: what its hosts declared, the operator's
 // overrides and its last cleaning.
 type RetentionState struct {
-	Declared    *Retention // nil: no host declared one yet
+	Declared    *execution.Retention // nil: no host declared one yet
 	DeclaredBy  string
-	Overrides   RetentionOverrides
+	Overrides   execution.RetentionOverrides
 	LastCleaned *time.Time
 	CleaningBy  string // the host cleaning it now, if any
 	RowsDeleted int64
@@ -96,32 +32,59 @@ type RetentionState struct {
 
 // Effective is the retention in force: the operator's overrides over what hosts declared, over
 // fallback when no host declared any.
-func (r RetentionState) Effective(fallback Retention) Retention {
+func (r RetentionState) Effective(fallback execution.Retention) execution.Retention {
 	if r.Declared != nil {
 		fallback = *r.Declared
 	}
 	return r.Overrides.Apply(fallback)
 }
 
-const retentionColumns = `r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
-    r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
-    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)`
+// The retention reads: a task's row of taskling.retention as scanRetention scans it — what its
+// hosts declared, who last, the overrides, the last cleaning, who cleans it now (a live claim),
+// the rows deleted in all.
 
-// scanRetention scans retentionColumns, after the row's leading columns into lead.
+// retentionSQL reads task $1's retention row.
+const retentionSQL = `
+SELECT r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
+    r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
+    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)
+FROM taskling.retention r WHERE r.task_id = $1`
+
+// dueForCleanupSQL reads up to $2 tasks not cleaned for at least $1 and not being cleaned now,
+// those cleaned longest ago first.
+const dueForCleanupSQL = `
+SELECT d.id, d.application_name, d.task_name, r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
+    r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
+    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)
+FROM taskling.task_definition d LEFT JOIN taskling.retention r ON r.task_id = d.id
+WHERE (r.last_cleaned_at IS NULL OR r.last_cleaned_at < clock_timestamp() - $1::interval)
+  AND (r.claimed_until IS NULL OR r.claimed_until < clock_timestamp())
+ORDER BY r.last_cleaned_at NULLS FIRST, d.id
+LIMIT $2`
+
+// allTasksForCleanupSQL reads every task with its retention row.
+const allTasksForCleanupSQL = `
+SELECT d.id, d.application_name, d.task_name, r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
+    r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
+    CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)
+FROM taskling.task_definition d LEFT JOIN taskling.retention r ON r.task_id = d.id
+ORDER BY d.application_name, d.task_name`
+
+// scanRetention scans a retention row, after the row's leading columns into lead.
 func scanRetention(row pgx.Row, lead ...any) (RetentionState, error) {
 	var st RetentionState
 	var c, f, b *time.Duration
 	err := row.Scan(append(lead, &c, &f, &b, &st.DeclaredBy, &st.DeclaredAt, &st.Overrides.Completed, &st.Overrides.Failed,
 		&st.Overrides.Blocked, &st.LastCleaned, &st.CleaningBy, &st.RowsDeleted)...)
 	if c != nil && f != nil && b != nil {
-		st.Declared = &Retention{Completed: *c, Failed: *f, Blocked: *b}
+		st.Declared = &execution.Retention{Completed: *c, Failed: *f, Blocked: *b}
 	}
 	return st, err
 }
 
 // RetentionOf returns a task's retention row (zero when it has none).
 func (s *Store) RetentionOf(ctx context.Context, taskID int64) (RetentionState, error) {
-	st, err := scanRetention(s.pool.QueryRow(ctx, `SELECT `+retentionColumns+` FROM taskling.retention r WHERE r.task_id = $1`, taskID))
+	st, err := scanRetention(s.db.QueryRow(ctx, retentionSQL, taskID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return RetentionState{}, nil
 	}
@@ -142,17 +105,11 @@ type CleanupTask struct {
 // DueForCleanup returns up to n tasks not cleaned for at least every and not being cleaned now,
 // those cleaned longest ago first.
 func (s *Store) DueForCleanup(ctx context.Context, every time.Duration, n int) ([]CleanupTask, error) {
-	return s.cleanupTasks(ctx, `
-SELECT d.id, d.application_name, d.task_name, `+retentionColumns+`
-FROM taskling.task_definition d LEFT JOIN taskling.retention r ON r.task_id = d.id
-WHERE (r.last_cleaned_at IS NULL OR r.last_cleaned_at < clock_timestamp() - $1::interval)
-  AND (r.claimed_until IS NULL OR r.claimed_until < clock_timestamp())
-ORDER BY r.last_cleaned_at NULLS FIRST, d.id
-LIMIT $2`, every, n)
+	return s.cleanupTasks(ctx, dueForCleanupSQL, every, n)
 }
 
 func (s *Store) cleanupTasks(ctx context.Context, sql string, args ...any) ([]CleanupTask, error) {
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("execution: tasks due for cleanup: %w", err)
 	}
@@ -174,10 +131,7 @@ func (s *Store) cleanupTasks(ctx context.Context, sql string, args ...any) ([]Cl
 
 // AllTasksForCleanup returns every task with its retention row (an operator's cleanup).
 func (s *Store) AllTasksForCleanup(ctx context.Context) ([]CleanupTask, error) {
-	return s.cleanupTasks(ctx, `
-SELECT d.id, d.application_name, d.task_name, `+retentionColumns+`
-FROM taskling.task_definition d LEFT JOIN taskling.retention r ON r.task_id = d.id
-ORDER BY d.application_name, d.task_name`)
+	return s.cleanupTasks(ctx, allTasksForCleanupSQL)
 }
 
 // ClaimCleanup claims the cleaning of a task for claimant until hold from now, by a
@@ -185,7 +139,7 @@ ORDER BY d.application_name, d.task_name`)
 // than every ago (every = 0: whenever no claim holds, as an operator's cleanup does).
 func (s *Store) ClaimCleanup(ctx context.Context, taskID int64, claimant string, every, hold time.Duration) (bool, error) {
 	var ok bool
-	err := s.pool.QueryRow(ctx, `
+	err := s.db.QueryRow(ctx, `
 INSERT INTO taskling.retention AS r (task_id, last_cleaned_at, claimed_by, claimed_until)
 VALUES ($1, clock_timestamp(), $2, clock_timestamp() + $4::interval)
 ON CONFLICT (task_id) DO UPDATE SET last_cleaned_at = clock_timestamp(), claimed_by = $2,
@@ -207,7 +161,7 @@ var ErrCleanupClaimLost = errors.New("the cleanup claim was lost")
 
 // ReleaseCleanup ends claimant's claim, adding the rows it deleted to the task's count.
 func (s *Store) ReleaseCleanup(ctx context.Context, taskID int64, claimant string, deleted int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE taskling.retention SET claimed_until = NULL, rows_deleted = rows_deleted + $3
+	_, err := s.db.Exec(ctx, `UPDATE taskling.retention SET claimed_until = NULL, rows_deleted = rows_deleted + $3
 WHERE task_id = $1 AND claimed_by = $2`, taskID, claimant, deleted)
 	if err != nil {
 		return fmt.Errorf("execution: release the cleanup claim of task %d: %w", taskID, err)
@@ -243,46 +197,13 @@ func (c *CleanupCounts) Add(o CleanupCounts) {
 	c.Instants += o.Instants
 }
 
-// cleanupCandidatesSQL selects the executions of task $1 that retention ($2 completed, $3 failed,
-// $4 blocked) lets go, oldest first, after the keyset position ($5, $6), at most $7. Protected:
-// an execution that has not ended (a live holder, or one not yet judged dead), the task's latest
-// execution and its latest scheduled one (the schedule's last run) unless the task is retired
-// (its history then goes entirely, by age), the execution of a block not completed (it may be
-// retaken, and is shown with its attempt) or of a completed block with a pending force (it will
-// be taken again: the force, its block and the attempt stay until then), and attempts of
-// submissions still waiting or running.
-const cleanupCandidatesSQL = `
-SELECT e.id, e.started_at, e.scheduled_for, e.reference_value,
-       CASE WHEN e.blocked THEN 3 WHEN x.outcome = 1 AND NOT e.failed THEN 1 ELSE 2 END AS class
-FROM taskling.task_execution e
-LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
-WHERE e.task_id = $1
-  AND e.started_at < clock_timestamp() - least($2::interval, $3::interval, $4::interval)
-  AND (e.started_at, e.id) > ($5::timestamptz, $6::bigint)
-  AND CASE WHEN e.blocked THEN e.started_at < clock_timestamp() - $4::interval
-           WHEN x.execution_id IS NULL THEN false
-           WHEN x.outcome = 1 AND NOT e.failed THEN x.ended_at < clock_timestamp() - $2::interval
-           ELSE x.ended_at < clock_timestamp() - $3::interval END
-  AND (EXISTS (SELECT 1 FROM taskling.task_definition r WHERE r.id = $1 AND r.retired_at IS NOT NULL)
-       OR e.id <> ALL (ARRAY(
-        (SELECT l.id FROM taskling.task_execution l WHERE l.task_id = $1 ORDER BY l.started_at DESC, l.id DESC LIMIT 1)
-        UNION ALL
-        (SELECT l.id FROM taskling.task_execution l WHERE l.task_id = $1 AND l.scheduled_for IS NOT NULL
-         ORDER BY l.scheduled_for DESC LIMIT 1))))
-  AND NOT EXISTS (SELECT 1 FROM taskling.block b WHERE b.execution_id = e.id
-                  AND (b.status <> 3 OR EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL)))
-  AND NOT EXISTS (SELECT 1 FROM taskling.submission_attempt a JOIN taskling.submission s ON s.id = a.submission_id
-                  WHERE a.execution_id = e.id AND s.status IN (1, 2))
-ORDER BY e.started_at, e.id
-LIMIT $7`
-
 // cleanupBatchSQL deletes the candidates with everything that hangs off them: events (by cascade),
 // ends, block attempts, completed blocks whose latest attempt they ran (except the protected
 // ones, $8: the latest of each kind, which continuing ranges and LastBlock read), unsucceeded
 // claims of their references (a succeeded claim stays: its promise outlives the row), and
 // attempts of finished submissions. Their cron instants are recorded, sorted, in one row.
-var cleanupBatchSQL = `
-WITH cand AS (` + cleanupCandidatesSQL + `),
+const cleanupBatchSQL = `
+WITH cand AS (SELECT * FROM taskling.cleanup_candidates($1, $2, $3, $4, $5, $6, $7)),
 del AS (
     DELETE FROM taskling.task_execution e USING cand WHERE e.id = cand.id
     RETURNING e.id, e.scheduled_for, e.reference_value, cand.class
@@ -291,7 +212,7 @@ ends AS (DELETE FROM taskling.execution_end x USING del WHERE x.execution_id = d
 attempts AS (DELETE FROM taskling.block_attempt a USING del WHERE a.execution_id = del.id),
 blocks AS (
     DELETE FROM taskling.block b USING del
-    WHERE b.execution_id = del.id AND b.status = 3 AND b.id <> ALL ($8::bigint[])
+    WHERE b.execution_id = del.id AND b.status = taskling.block_status('completed') AND b.id <> ALL ($8::bigint[])
     RETURNING b.id
 ),
 claims AS (
@@ -329,8 +250,11 @@ SELECT coalesce(array_agg(DISTINCT id), '{}') FROM (
 const finishedSubmissionsSQL = `
 WITH old AS (
     SELECT id, reference_value FROM taskling.submission
-    WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT NULL)
-      AND finished_at < clock_timestamp() - CASE WHEN status = 3 THEN $2::interval ELSE $3::interval END
+    WHERE task_id = $1
+      AND status IN (taskling.submission_status('completed'), taskling.submission_status('dead'), taskling.submission_status('cancelled'))
+      AND (reference_value IS NULL OR header IS NOT NULL)
+      AND finished_at < clock_timestamp()
+          - CASE WHEN status = taskling.submission_status('completed') THEN $2::interval ELSE $3::interval END
     ORDER BY finished_at LIMIT $4
 ),
 gone AS (DELETE FROM taskling.submission s USING old WHERE s.id = old.id AND old.reference_value IS NULL RETURNING s.id),
@@ -342,7 +266,7 @@ SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM kept)`
 type Cleaner struct {
 	Store     *Store
 	TaskID    int64
-	Keep      Retention
+	Keep      execution.Retention
 	Claimant  string        // "" for none (an operator's dry run)
 	Hold      time.Duration // how long each renewal holds the claim
 	BatchSize int           // at most MaxCleanupBatch; 0 means MaxCleanupBatch
@@ -360,12 +284,12 @@ func (c *Cleaner) Batch(ctx context.Context) (counts CleanupCounts, done bool, e
 		size = MaxCleanupBatch
 	}
 	if c.protected == nil {
-		if err := c.Store.pool.QueryRow(ctx, protectedBlocksSQL, c.TaskID).Scan(&c.protected); err != nil {
+		if err := c.Store.db.QueryRow(ctx, protectedBlocksSQL, c.TaskID).Scan(&c.protected); err != nil {
 			return counts, false, fmt.Errorf("execution: protected blocks of task %d: %w", c.TaskID, err)
 		}
 		c.afterAt = time.Unix(0, 0).UTC()
 	}
-	err = pgx.BeginFunc(ctx, c.Store.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, c.Store.db, func(tx pgx.Tx) error {
 		if c.Claimant != "" {
 			tag, err := tx.Exec(ctx, `UPDATE taskling.retention SET claimed_until = clock_timestamp() + $3::interval
 WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c.TaskID, c.Claimant, c.Hold)
@@ -377,7 +301,7 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 			}
 		}
 		// Ordered with ForceBlock: this batch sees every force committed before it took the lock.
-		if _, err := tx.Exec(ctx, forceLockSQL("$1::bigint"), c.TaskID); err != nil {
+		if _, err := tx.Exec(ctx, `SELECT taskling.lock_task_forces($1)`, c.TaskID); err != nil {
 			return err
 		}
 		if !c.subsDone {
@@ -410,19 +334,23 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 	return counts, c.subsDone && counts.Executions() < int64(size), nil
 }
 
-// PlanCleanup counts what a cleanup of the task with keep would delete now, deleting nothing.
-func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep Retention) (CleanupCounts, error) {
-	var c CleanupCounts
-	err := s.pool.QueryRow(ctx, `
-WITH cand AS (`+cleanupCandidatesSQL+`)
+// planCleanupSQL counts what a cleanup of task $1 would delete now: the candidates by class, and
+// their cron instants.
+const planCleanupSQL = `
 SELECT count(*) FILTER (WHERE class = 1), count(*) FILTER (WHERE class = 2), count(*) FILTER (WHERE class = 3),
-       count(*) FILTER (WHERE scheduled_for IS NOT NULL) FROM cand`,
+       count(*) FILTER (WHERE scheduled_for IS NOT NULL)
+FROM taskling.cleanup_candidates($1, $2, $3, $4, $5, $6, $7)`
+
+// PlanCleanup counts what a cleanup of the task with keep would delete now, deleting nothing.
+func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Retention) (CleanupCounts, error) {
+	var c CleanupCounts
+	err := s.db.QueryRow(ctx, planCleanupSQL,
 		taskID, keep.Completed, keep.Failed, keep.Blocked, time.Unix(0, 0).UTC(), 0, math.MaxInt32).
 		Scan(&c.Completed, &c.Failed, &c.Blocked, &c.Instants)
 	if err != nil {
 		return c, fmt.Errorf("execution: plan the cleanup of task %d: %w", taskID, err)
 	}
-	err = s.pool.QueryRow(ctx, `
+	err = s.db.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE reference_value IS NULL), count(*) FILTER (WHERE reference_value IS NOT NULL)
 FROM taskling.submission
 WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT NULL)
@@ -436,7 +364,7 @@ WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT
 
 // ForgottenInstants returns the cron instants in [from, to] of the task's deleted executions.
 func (s *Store) ForgottenInstants(ctx context.Context, taskID int64, from, to time.Time) ([]time.Time, error) {
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.db.Query(ctx, `
 SELECT i FROM taskling.forgotten_instants f, unnest(f.instants) AS i
 WHERE f.task_id = $1 AND f.last_instant >= $2 AND f.first_instant <= $3 AND i BETWEEN $2 AND $3`, taskID, from, to)
 	if err != nil {

@@ -1,4 +1,11 @@
-package execution
+// Package blockstore is the storage of blocks (migration 0008): an execution's work in durable
+// units. Taking a block — a new one, or
+// one to run again — writes its next attempt: the block row's latest attempt moves by
+// compare-and-set (FOR UPDATE SKIP LOCKED, then attempts = the value read), and block_attempt's
+// key (block, attempt) refuses a second taker, so two executions never hold one block. A block
+// whose latest attempt did not end is live while its execution runs, judged exactly like a slot
+// (taskling.block_live): once that execution is dead, reclaimed or ended, the block is dead.
+package blockstore
 
 import (
 	"context"
@@ -9,37 +16,9 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
-)
 
-// Blocks (migration 0008): an execution's work in durable units. Taking a block — a new one, or
-// one to run again — writes its next attempt: the block row's latest attempt moves by
-// compare-and-set (FOR UPDATE SKIP LOCKED, then attempts = the value read), and block_attempt's
-// key (block, attempt) refuses a second taker, so two executions never hold one block. A block
-// whose latest attempt did not end is live while its execution runs, judged exactly like a slot
-// (statusSQL): once that execution is dead, reclaimed or ended, the block is dead.
-
-// Block kinds, as stored.
-const (
-	BlockNumeric int16 = 1
-	BlockDate    int16 = 2
-	BlockList    int16 = 3
-	BlockObject  int16 = 4
-)
-
-// Block attempt statuses, as stored.
-const (
-	BlockNotStarted int16 = 1
-	BlockStarted    int16 = 2
-	BlockCompleted  int16 = 3
-	BlockFailed     int16 = 4
-)
-
-// List item statuses, as stored.
-const (
-	ItemPending   int16 = 1
-	ItemCompleted int16 = 2
-	ItemFailed    int16 = 3
-	ItemDiscarded int16 = 4
+	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // ErrBlockLost: the block's attempt is no longer the caller's (another execution took the block
@@ -128,74 +107,139 @@ type BlockRow struct {
 	Retaken bool `db:"retaken"`
 }
 
-const blockColumns = `b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
-    b.item_count, b.created_at, b.attempts, b.status, b.execution_id`
+// The claims take, for execution $4, up to $3 blocks of task $1 and kind $2, oldest first, each
+// with its next attempt ($5: forced; $6: the request's retry limit). A block is a candidate when
+// it is not live (taskling.block_live, judged in a subquery on b, so that the re-check of a row
+// another claim changed meanwhile — FOR UPDATE in READ COMMITTED reads its newest version —
+// judges the new owner and skips the row, instead of locking it and finding its attempt count
+// changed). The attempt count read must still be the row's when it is written (a compare-and-set
+// on top of the row lock), and (block, attempt) is block_attempt's key: two claims never take one
+// attempt. A forced block taken another way (dead, failed) has run again too: its force is marked
+// taken. retaken: counted already by this execution, unless it completed it before (forced again:
+// new work).
 
-// ownerFrom joins a block (b) with its latest attempt's execution (e), its end (x) and session
-// (s), for statusSQL. A block whose execution row is gone has a dead owner (statusSQL on NULLs).
-const ownerFrom = `taskling.block b
-    LEFT JOIN taskling.task_execution e ON e.id = b.execution_id
-    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
-    LEFT JOIN taskling.session s ON s.id = e.session_id`
-
-// notLiveSQL: block b's latest attempt ended, or its execution is not running.
-var notLiveSQL = `(b.status >= 3 OR ` + statusSQL + ` <> 'in_progress')`
-
-// ownerLiveSQL: block b's latest attempt's execution runs, judged in a subquery on b, so that
-// the re-check of a row another claim changed meanwhile (FOR UPDATE in READ COMMITTED reads its
-// newest version) judges the new owner, and skips the row for the next one instead of locking it
-// and finding its attempt count changed.
-var ownerLiveSQL = `EXISTS (SELECT 1 FROM taskling.task_execution e
-        LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
-        LEFT JOIN taskling.session s ON s.id = e.session_id
-        WHERE e.id = b.execution_id AND ` + statusSQL + ` = 'in_progress')`
-
-// ownerStartSQL: when block b's latest attempt's execution started (the block's creation if the
-// row is gone), for the detection windows.
-const ownerStartSQL = `coalesce((SELECT e.started_at FROM taskling.task_execution e WHERE e.id = b.execution_id), b.created_at)`
-
-// claimSQL takes, for execution $4, up to $3 blocks of task $1 and kind $2 chosen by where,
-// oldest first, each with its next attempt ($5: forced; $6: the request's retry limit). The
-// attempt count read must still be the row's when it is written (a compare-and-set, on top of the
-// row lock), and (block, attempt) is block_attempt's key: two claims never take one attempt.
-func claimSQL(where string) string {
-	return `
+// claimForcedSQL takes the blocks an operator forced.
+const claimForcedSQL = `
 WITH cand AS (
     SELECT b.id, b.attempts, b.execution_id AS prev, b.status AS prev_status
     FROM taskling.block b
-    WHERE b.task_id = $1 AND b.kind = $2 AND (b.status >= 3 OR NOT ` + ownerLiveSQL + `) AND ` + where + `
+    WHERE b.task_id = $1 AND b.kind = $2 AND NOT taskling.block_live(b)
+      AND b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)
     ORDER BY b.created_at, b.id
     LIMIT $3
     FOR UPDATE OF b SKIP LOCKED
 ), claimed AS (
-    UPDATE taskling.block b SET attempts = b.attempts + 1, status = 1, execution_id = $4, retry_limit = $6
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = taskling.block_status('not_started'), execution_id = $4, retry_limit = $6
     FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
     RETURNING b.*
 ), attempt AS (
     INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
     SELECT id, attempts, $4, $5 FROM claimed
 ), forced AS (
-    -- a forced block taken another way (dead, failed) has run again too
     UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
     FROM claimed WHERE f.block_id = claimed.id AND f.taken_at IS NULL
 )
-SELECT ` + blockColumns + `, $5 AS forced,
-    -- counted already by this execution, unless it completed it before (forced again: new work)
-    cand.prev = $4 AND cand.prev_status <> 3 AS retaken,
-    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id AND i.status IN (2, 4)) AS items_done
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, $5 AS forced,
+    cand.prev = $4 AND cand.prev_status <> taskling.block_status('completed') AS retaken,
+    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id
+        AND i.status IN (taskling.item_status('completed'), taskling.item_status('discarded'))) AS items_done
 FROM claimed b JOIN cand ON cand.id = b.id
 ORDER BY b.created_at, b.id`
-}
 
-var (
-	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	// $9: 1 or 2, the dead blocks never started, or those started (TakeBlocks takes them in that
-	// order, each oldest first by block_pickup_idx).
-	claimDeadSQL   = claimSQL(`b.status = $9 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
-	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
-	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
-        JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
+// claimDeadSQL takes the dead blocks of status $9 (not started, or started: TakeBlocks takes them
+// in that order, each oldest first by block_pickup_idx) tried at most $7 times, whose latest
+// execution started within $8.
+const claimDeadSQL = `
+WITH cand AS (
+    SELECT b.id, b.attempts, b.execution_id AS prev, b.status AS prev_status
+    FROM taskling.block b
+    WHERE b.task_id = $1 AND b.kind = $2 AND NOT taskling.block_live(b)
+      AND b.status = $9 AND b.attempts <= $7 AND taskling.block_owner_started_at(b) >= clock_timestamp() - $8::interval
+    ORDER BY b.created_at, b.id
+    LIMIT $3
+    FOR UPDATE OF b SKIP LOCKED
+), claimed AS (
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = taskling.block_status('not_started'), execution_id = $4, retry_limit = $6
+    FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
+    RETURNING b.*
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
+    SELECT id, attempts, $4, $5 FROM claimed
+), forced AS (
+    UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
+    FROM claimed WHERE f.block_id = claimed.id AND f.taken_at IS NULL
 )
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, $5 AS forced,
+    cand.prev = $4 AND cand.prev_status <> taskling.block_status('completed') AS retaken,
+    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id
+        AND i.status IN (taskling.item_status('completed'), taskling.item_status('discarded'))) AS items_done
+FROM claimed b JOIN cand ON cand.id = b.id
+ORDER BY b.created_at, b.id`
+
+// claimFailedSQL takes the failed blocks tried at most $7 times, whose latest execution started
+// within $8.
+const claimFailedSQL = `
+WITH cand AS (
+    SELECT b.id, b.attempts, b.execution_id AS prev, b.status AS prev_status
+    FROM taskling.block b
+    WHERE b.task_id = $1 AND b.kind = $2 AND NOT taskling.block_live(b)
+      AND b.status = taskling.block_status('failed') AND b.attempts <= $7
+      AND taskling.block_owner_started_at(b) >= clock_timestamp() - $8::interval
+    ORDER BY b.created_at, b.id
+    LIMIT $3
+    FOR UPDATE OF b SKIP LOCKED
+), claimed AS (
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = taskling.block_status('not_started'), execution_id = $4, retry_limit = $6
+    FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
+    RETURNING b.*
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
+    SELECT id, attempts, $4, $5 FROM claimed
+), forced AS (
+    UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
+    FROM claimed WHERE f.block_id = claimed.id AND f.taken_at IS NULL
+)
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, $5 AS forced,
+    cand.prev = $4 AND cand.prev_status <> taskling.block_status('completed') AS retaken,
+    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id
+        AND i.status IN (taskling.item_status('completed'), taskling.item_status('discarded'))) AS items_done
+FROM claimed b JOIN cand ON cand.id = b.id
+ORDER BY b.created_at, b.id`
+
+// claimRefSQL takes the blocks an execution with reference value $7 attempted (only those not
+// completed, unless $8).
+const claimRefSQL = `
+WITH cand AS (
+    SELECT b.id, b.attempts, b.execution_id AS prev, b.status AS prev_status
+    FROM taskling.block b
+    WHERE b.task_id = $1 AND b.kind = $2 AND NOT taskling.block_live(b)
+      AND ($8 OR b.status <> taskling.block_status('completed'))
+      AND EXISTS (SELECT 1 FROM taskling.block_attempt a JOIN taskling.task_execution r ON r.id = a.execution_id
+                  WHERE a.block_id = b.id AND r.reference_value = $7)
+    ORDER BY b.created_at, b.id
+    LIMIT $3
+    FOR UPDATE OF b SKIP LOCKED
+), claimed AS (
+    UPDATE taskling.block b SET attempts = b.attempts + 1, status = taskling.block_status('not_started'), execution_id = $4, retry_limit = $6
+    FROM cand WHERE b.id = cand.id AND b.attempts = cand.attempts
+    RETURNING b.*
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id, forced)
+    SELECT id, attempts, $4, $5 FROM claimed
+), forced AS (
+    UPDATE taskling.forced_block f SET taken_at = clock_timestamp(), taken_by = $4
+    FROM claimed WHERE f.block_id = claimed.id AND f.taken_at IS NULL
+)
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, $5 AS forced,
+    cand.prev = $4 AND cand.prev_status <> taskling.block_status('completed') AS retaken,
+    (SELECT count(*) FROM taskling.list_item i WHERE i.block_id = b.id
+        AND i.status IN (taskling.item_status('completed'), taskling.item_status('discarded'))) AS items_done
+FROM claimed b JOIN cand ON cand.id = b.id
+ORDER BY b.created_at, b.id`
 
 // blockLockClass is the first key of the advisory lock that serializes the creation of a task's
 // new blocks (the second is the task id): "tkbl".
@@ -218,24 +262,23 @@ WITH nb AS (
     INSERT INTO taskling.block_attempt (block_id, attempt, execution_id) SELECT id, 1, $2 FROM nb
 ), p AS (
     UPDATE taskling.task_execution SET items_done = coalesce(items_done, 0) + $12,
-        items_total = coalesce(items_total, 0) + $11 + (SELECT coalesce(sum(` + blockUnitsSQL + `), 0) FROM nb b)
+        items_total = coalesce(items_total, 0) + $11 + (SELECT coalesce(sum(taskling.block_units(b)), 0) FROM nb b)
     WHERE id = $2
 )
-SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done FROM nb b ORDER BY b.id`
-
-// blockUnitsSQL is BlockRow.Units of block b.
-const blockUnitsSQL = `CASE b.kind WHEN 1 THEN b.to_number - b.from_number + 1 WHEN 3 THEN b.item_count ELSE 1 END`
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done
+FROM nb b ORDER BY b.id`
 
 // Units is a block's weight in its execution's progress: its numbers, its items, or one
-// (blockUnitsSQL in SQL).
+// (taskling.block_units in SQL).
 func (b BlockRow) Units() int64 {
 	switch b.Kind {
-	case BlockNumeric:
+	case codes.BlockNumeric:
 		if b.FromNumber == nil || b.ToNumber == nil { // refused by the table's checks
 			return 1
 		}
 		return *b.ToNumber - *b.FromNumber + 1
-	case BlockList:
+	case codes.BlockList:
 		return int64(b.ItemCount)
 	}
 	return 1
@@ -282,7 +325,7 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 			// A run that dies on one block (a panic every time) leaves dead the blocks it had
 			// taken but not reached yet: they come first, so that the poison one cannot hold
 			// them back until their retries are spent.
-			for _, status := range []int16{BlockNotStarted, BlockStarted} {
+			for _, status := range []int16{codes.BlockNotStarted, codes.BlockStarted} {
 				if err := claim(claimDeadSQL, false, r.Limit, r.Within, status); err != nil {
 					return err
 				}
@@ -342,7 +385,7 @@ func addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow) 
 // one round trip (each statement of a READ COMMITTED batch reads after the one before it).
 func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksRequest, room int, claimed []BlockRow) (_ []BlockRow, counted bool, _ error) {
 	var last *BlockEnd
-	if req.Continue && (req.Kind == BlockNumeric || req.Kind == BlockDate) {
+	if req.Continue && (req.Kind == codes.BlockNumeric || req.Kind == codes.BlockDate) {
 		var n *int64
 		var d *time.Time
 		b := &pgx.Batch{}
@@ -381,13 +424,13 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 	}
 	for i := range n {
 		switch req.Kind {
-		case BlockNumeric:
+		case codes.BlockNumeric:
 			fn[i], tn[i] = &nb.FromNumbers[i], &nb.ToNumbers[i]
-		case BlockDate:
+		case codes.BlockDate:
 			fd[i], td[i] = &nb.FromDates[i], &nb.ToDates[i]
-		case BlockObject:
+		case codes.BlockObject:
 			vals[i] = text(nb.Values[i])
-		case BlockList:
+		case codes.BlockList:
 			vals[i] = text(nb.Header)
 			c := int32(len(nb.Items[i]))
 			counts[i] = &c
@@ -399,7 +442,7 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 		req.retryLimit(), total, done); err != nil {
 		return nil, false, err
 	}
-	if req.Kind == BlockList {
+	if req.Kind == codes.BlockList {
 		if err := insertItems(ctx, tx, rows, nb.Items); err != nil {
 			return nil, false, err
 		}
@@ -426,8 +469,8 @@ func insertItems(ctx context.Context, tx pgx.Tx, rows []BlockRow, items [][][]by
 // on its re-reading of changed rows), retrying a serialization failure or deadlock.
 func (s *Store) blockTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	for attempt := 0; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
-		if err == nil || !isRetryable(err) || attempt >= 5 {
+		err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
+		if err == nil || !execution.IsRetryable(err) || attempt >= 5 {
 			return err
 		}
 	}
@@ -438,13 +481,13 @@ func (s *Store) blockTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 const setBlockStatusSQL = `
 WITH b AS (
     UPDATE taskling.block SET status = $3
-    WHERE id = $1 AND attempts = $2 AND status IN (1, 2)
+    WHERE id = $1 AND attempts = $2 AND status IN (taskling.block_status('not_started'), taskling.block_status('started'))
     RETURNING id, execution_id
 ), a AS (
     UPDATE taskling.block_attempt a
     SET status = $3,
-        started_at = CASE WHEN $3 = 2 THEN clock_timestamp() ELSE a.started_at END,
-        ended_at = CASE WHEN $3 >= 3 THEN clock_timestamp() END,
+        started_at = CASE WHEN $3 = taskling.block_status('started') THEN clock_timestamp() ELSE a.started_at END,
+        ended_at = CASE WHEN $3 IN (taskling.block_status('completed'), taskling.block_status('failed')) THEN clock_timestamp() END,
         items_done = coalesce($4, a.items_done),
         message = coalesce($6, a.message)
     FROM b WHERE a.block_id = b.id AND a.attempt = $2
@@ -461,7 +504,7 @@ SELECT count(*) FROM a`
 // ended.
 func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, status int16, itemsDone *int64, progress int64, message *string) error {
 	var n int
-	if err := s.pool.QueryRow(ctx, setBlockStatusSQL, blockID, attempt, status, itemsDone, progress, message).Scan(&n); err != nil {
+	if err := s.db.QueryRow(ctx, setBlockStatusSQL, blockID, attempt, status, itemsDone, progress, message).Scan(&n); err != nil {
 		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, err)
 	}
 	if n == 0 {
@@ -476,12 +519,12 @@ func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, 
 const noteFailureSQL = `
 UPDATE taskling.block_attempt a SET message = $2
 FROM taskling.block b
-WHERE a.execution_id = $1 AND a.status = 2 AND a.message IS NULL
-  AND b.id = a.block_id AND b.attempts = a.attempt AND b.status = 2`
+WHERE a.execution_id = $1 AND a.status = taskling.block_status('started') AND a.message IS NULL
+  AND b.id = a.block_id AND b.attempts = a.attempt AND b.status = taskling.block_status('started')`
 
 // NoteBlockFailure records message on the block attempts execID started and has not ended.
 func (s *Store) NoteBlockFailure(ctx context.Context, execID int64, message string) error {
-	if _, err := s.pool.Exec(ctx, noteFailureSQL, execID, message); err != nil {
+	if _, err := s.db.Exec(ctx, noteFailureSQL, execID, message); err != nil {
 		return fmt.Errorf("execution: note the failure of execution %d on its blocks: %w", execID, err)
 	}
 	return nil
@@ -500,7 +543,7 @@ type ItemRow struct {
 // Items returns a list block's items with one of statuses (all if none), in order.
 func (s *Store) Items(ctx context.Context, blockID int64, statuses []int16) ([]ItemRow, error) {
 	var out []ItemRow
-	err := pgxscan.Select(ctx, s.pool, &out, `SELECT n, value, status, reason, step, updated_at FROM taskling.list_item
+	err := pgxscan.Select(ctx, s.db, &out, `SELECT n, value, status, reason, step, updated_at FROM taskling.list_item
         WHERE block_id = $1 AND (cardinality($2::smallint[]) = 0 OR status = ANY($2)) ORDER BY n`, blockID, statuses)
 	if err != nil {
 		return nil, fmt.Errorf("execution: items of block %d: %w", blockID, err)
@@ -521,7 +564,9 @@ type ItemUpdate struct {
 // completed or discarded are added to the execution's progress (o: the items as they were).
 const updateItemsSQL = `
 WITH b AS (
-    SELECT id, execution_id FROM taskling.block WHERE id = $1 AND attempts = $2 AND status IN (1, 2) FOR SHARE
+    SELECT id, execution_id FROM taskling.block
+    WHERE id = $1 AND attempts = $2 AND status IN (taskling.block_status('not_started'), taskling.block_status('started'))
+    FOR SHARE
 ), upd AS (
     UPDATE taskling.list_item i SET status = u.status, reason = u.reason, step = u.step, updated_at = clock_timestamp()
     FROM unnest($3::integer[], $4::smallint[], $5::text[], $6::smallint[]) AS u(n, status, reason, step), taskling.list_item o
@@ -529,8 +574,10 @@ WITH b AS (
     RETURNING i.status, o.status AS old
 ), p AS (
     UPDATE taskling.task_execution e
-    SET items_done = coalesce(e.items_done, 0) + (SELECT count(*) FILTER (WHERE status IN (2, 4) AND old NOT IN (2, 4))
-        - count(*) FILTER (WHERE status NOT IN (2, 4) AND old IN (2, 4)) FROM upd)
+    SET items_done = coalesce(e.items_done, 0) + (
+        SELECT count(*) FILTER (WHERE status IN (taskling.item_status('completed'), taskling.item_status('discarded')) AND old NOT IN (taskling.item_status('completed'), taskling.item_status('discarded')))
+             - count(*) FILTER (WHERE status NOT IN (taskling.item_status('completed'), taskling.item_status('discarded')) AND old IN (taskling.item_status('completed'), taskling.item_status('discarded')))
+        FROM upd)
     FROM b WHERE e.id = b.execution_id
 )
 SELECT (SELECT count(*) FROM b), (SELECT count(*) FROM upd)`
@@ -549,7 +596,7 @@ func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, upd
 		ns[i], sts[i], reasons[i], steps[i] = int32(u.N), u.Status, u.Reason, u.Step
 	}
 	var locked, updated int
-	if err := s.pool.QueryRow(ctx, updateItemsSQL, blockID, attempt, ns, sts, reasons, steps).Scan(&locked, &updated); err != nil {
+	if err := s.db.QueryRow(ctx, updateItemsSQL, blockID, attempt, ns, sts, reasons, steps).Scan(&locked, &updated); err != nil {
 		return fmt.Errorf("execution: items of block %d: %w", blockID, err)
 	}
 	switch {
@@ -585,12 +632,15 @@ type ItemCounts struct {
 	Pending, Completed, Failed, Discarded int64
 }
 
+const countItemsSQL = `
+SELECT count(*) FILTER (WHERE status = taskling.item_status('pending')), count(*) FILTER (WHERE status = taskling.item_status('completed')),
+    count(*) FILTER (WHERE status = taskling.item_status('failed')), count(*) FILTER (WHERE status = taskling.item_status('discarded'))
+FROM taskling.list_item WHERE block_id = $1`
+
 // CountItems counts a list block's items by status.
 func (s *Store) CountItems(ctx context.Context, blockID int64) (ItemCounts, error) {
 	var c ItemCounts
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 1), count(*) FILTER (WHERE status = 2),
-        count(*) FILTER (WHERE status = 3), count(*) FILTER (WHERE status = 4) FROM taskling.list_item WHERE block_id = $1`,
-		blockID).Scan(&c.Pending, &c.Completed, &c.Failed, &c.Discarded)
+	err := s.db.QueryRow(ctx, countItemsSQL, blockID).Scan(&c.Pending, &c.Completed, &c.Failed, &c.Discarded)
 	if err != nil {
 		return c, fmt.Errorf("execution: items of block %d: %w", blockID, err)
 	}
@@ -600,44 +650,49 @@ func (s *Store) CountItems(ctx context.Context, blockID int64) (ItemCounts, erro
 // LastBlock returns the task's last block of kind, by order: "created" (the newest), "from" (the
 // greatest start) or "to" (the greatest end); ok is false when there is none.
 func (s *Store) LastBlock(ctx context.Context, taskID int64, kind int16, order string) (row BlockRow, ok bool, err error) {
-	by := map[string]string{"created": "b.id DESC", "from": "b.from_number DESC NULLS LAST, b.from_date DESC NULLS LAST, b.id DESC",
-		"to": "b.to_number DESC NULLS LAST, b.to_date DESC NULLS LAST, b.id DESC"}[order]
-	if by == "" {
-		return row, false, fmt.Errorf("execution: unknown last-block order %q", order)
+	sql := map[string]string{"created": lastCreatedSQL, "from": lastFromSQL, "to": lastToSQL}[order]
+	if sql == "" {
+		return row, false, fmt.Errorf("unknown last-block order %q", order)
 	}
 	var rows []BlockRow
-	err = pgxscan.Select(ctx, s.pool, &rows, `SELECT `+blockColumns+`, false AS forced, 0::bigint AS items_done
-        FROM taskling.block b WHERE b.task_id = $1 AND b.kind = $2 ORDER BY `+by+` LIMIT 1`, taskID, kind)
-	if err != nil || len(rows) == 0 {
+	if err = pgxscan.Select(ctx, s.db, &rows, sql, taskID, kind); err != nil || len(rows) == 0 {
 		return row, false, err
 	}
 	return rows[0], true, nil
 }
 
+// lastCreatedSQL, lastFromSQL and lastToSQL read task $1's last block of kind $2: the newest, the
+// one with the greatest start, the one with the greatest end.
+const (
+	lastCreatedSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done
+FROM taskling.block b WHERE b.task_id = $1 AND b.kind = $2
+ORDER BY b.id DESC LIMIT 1`
+	lastFromSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done
+FROM taskling.block b WHERE b.task_id = $1 AND b.kind = $2
+ORDER BY b.from_number DESC NULLS LAST, b.from_date DESC NULLS LAST, b.id DESC LIMIT 1`
+	lastToSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done
+FROM taskling.block b WHERE b.task_id = $1 AND b.kind = $2
+ORDER BY b.to_number DESC NULLS LAST, b.to_date DESC NULLS LAST, b.id DESC LIMIT 1`
+)
+
 // ErrBlockNotFound: no block has the id.
 var ErrBlockNotFound = errors.New("no such block")
-
-// forceLockClass is the first key of the advisory lock that orders the forces of a task's blocks
-// and the task's cleanup batches (the second is the task id): "tkfc". A pending force keeps its
-// block from the cleanup, and a batch reads the forces only after taking the lock, in a statement
-// of its own (a statement's snapshot is taken before it waits): a force committed before it is
-// seen and its block kept, and a force that waited for a batch finds its block gone (not found).
-const forceLockClass = 0x746b6663
-
-// forceLockSQL takes the force lock of the task whose id is the SQL expression task.
-func forceLockSQL(task string) string {
-	return fmt.Sprintf(`SELECT pg_advisory_xact_lock(%d, (%s & 2147483647)::integer)`, forceLockClass, task)
-}
 
 // ForceBlock queues block id to be taken first by the next execution of its task that asks for
 // blocks of its kind (again: once queued, forcing it is a no-op until taken), and records the
 // operator change ("block #ID": its status → forced) in the same statement, under the task's
-// force lock (forceLockClass); forced_by is the principal. It returns the block's task.
-func (s *Store) ForceBlock(ctx context.Context, id int64, op Operator) (int64, error) {
+// force lock (taskling.lock_task_forces, which the cleanup takes too); forced_by is the principal. It returns the block's task.
+func (s *Store) ForceBlock(ctx context.Context, id int64, op execution.Operator) (int64, error) {
 	var task int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(forceLockSQL("task_id")+` FROM taskling.block WHERE id = $1`, id)
+		b.Queue(`SELECT taskling.lock_task_forces(task_id) FROM taskling.block WHERE id = $1`, id)
 		b.Queue(forceBlockSQL, id, op.By, op.Principal).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -659,7 +714,7 @@ ins AS (
 ),
 ch AS (
     INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
-    SELECT b.task_id, $2, $3, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
+    SELECT b.task_id, $2, $3, 'block #' || b.id, taskling.block_status_name(b.status), 'forced'
     FROM b JOIN ins ON ins.block_id = b.id
 )
 SELECT task_id FROM b`
@@ -687,35 +742,72 @@ type BlockCount struct {
 	AtRetryLimit int64  `db:"at_retry_limit"`
 }
 
+// blockCountsSQL counts every task's blocks by status, a block not live and not ended counted
+// as dead.
+const blockCountsSQL = `
+SELECT d.application_name, d.task_name,
+    CASE WHEN b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b)
+         THEN 'dead' ELSE taskling.block_status_name(b.status) END AS status,
+    count(*) AS blocks, count(*) FILTER (WHERE taskling.block_at_retry_limit(b)) AS at_retry_limit
+FROM taskling.block b
+JOIN taskling.task_definition d ON d.id = b.task_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+
 // BlockCounts counts every task's blocks by status (for metrics).
 func (s *Store) BlockCounts(ctx context.Context) ([]BlockCount, error) {
 	var out []BlockCount
-	err := pgxscan.Select(ctx, s.pool, &out, `
-SELECT d.application_name, d.task_name, CASE WHEN b.status IN (1, 2) AND `+statusSQL+` <> 'in_progress' THEN 'dead'
-    ELSE (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status] END AS status,
-    count(*) AS blocks, count(*) FILTER (WHERE `+atLimitSQL+`) AS at_retry_limit
-FROM `+ownerFrom+`
-JOIN taskling.task_definition d ON d.id = b.task_id
-GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)
+	err := pgxscan.Select(ctx, s.db, &out, blockCountsSQL)
 	if err != nil {
 		return nil, fmt.Errorf("execution: count blocks: %w", err)
 	}
 	return out, nil
 }
 
-var blockInfoSQL = `SELECT ` + blockColumns + `, false AS forced, 0::bigint AS items_done,
-    (b.status IN (1, 2) AND ` + statusSQL + ` = 'in_progress') AS live,
-    (b.status IN (1, 2) AND ` + statusSQL + ` <> 'in_progress') AS dead,
+// The block reads: each block with its latest attempt's state (live, dead, a pending force, its
+// message, its retry limit).
+
+// executionBlocksSQL lists the blocks execution $1 attempted, by block id.
+const executionBlocksSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
+    taskling.block_live(b) AS live,
+    b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
     EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
     (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
-    b.retry_limit, ` + atLimitSQL + ` AS at_retry_limit
-FROM ` + ownerFrom
+    b.retry_limit, taskling.block_at_retry_limit(b) AS at_retry_limit
+FROM taskling.block b
+WHERE b.id IN (SELECT block_id FROM taskling.block_attempt WHERE execution_id = $1)
+ORDER BY b.id`
+
+// taskBlocksSQL lists task $1's blocks, the newest $3 first; $2: only those at their retry limit.
+const taskBlocksSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
+    taskling.block_live(b) AS live,
+    b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
+    EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
+    (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
+    b.retry_limit, taskling.block_at_retry_limit(b) AS at_retry_limit
+FROM taskling.block b
+WHERE b.task_id = $1 AND (NOT $2 OR taskling.block_at_retry_limit(b))
+ORDER BY b.id DESC LIMIT $3`
+
+// blockByIDSQL reads block $1.
+const blockByIDSQL = `
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
+    taskling.block_live(b) AS live,
+    b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
+    EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
+    (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
+    b.retry_limit, taskling.block_at_retry_limit(b) AS at_retry_limit
+FROM taskling.block b
+WHERE b.id = $1`
 
 // ExecutionBlocks lists the blocks an execution attempted, by block id.
 func (s *Store) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
 	var out []BlockInfo
-	err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+`
-WHERE b.id IN (SELECT block_id FROM taskling.block_attempt WHERE execution_id = $1) ORDER BY b.id`, executionID)
+	err := pgxscan.Select(ctx, s.db, &out, executionBlocksSQL, executionID)
 	if err != nil {
 		return nil, fmt.Errorf("execution: blocks of execution %d: %w", executionID, err)
 	}
@@ -729,17 +821,13 @@ type TaskBlocksFilter struct {
 	Limit   int
 }
 
-// atLimitSQL: block b (ownerFrom) is at its retry limit.
-var atLimitSQL = `(b.status <> 3 AND b.attempts > b.retry_limit AND ` + notLiveSQL + `)`
-
 // TaskBlocks lists a task's blocks, newest first.
 func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter) ([]BlockInfo, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
 	var out []BlockInfo
-	err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+`
-WHERE b.task_id = $1 AND (NOT $2 OR `+atLimitSQL+`) ORDER BY b.id DESC LIMIT $3`, taskID, f.AtLimit, f.Limit)
+	err := pgxscan.Select(ctx, s.db, &out, taskBlocksSQL, taskID, f.AtLimit, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("execution: blocks of task %d: %w", taskID, err)
 	}
@@ -749,7 +837,7 @@ WHERE b.task_id = $1 AND (NOT $2 OR `+atLimitSQL+`) ORDER BY b.id DESC LIMIT $3`
 // BlockByID returns one block.
 func (s *Store) BlockByID(ctx context.Context, id int64) (BlockInfo, bool, error) {
 	var out []BlockInfo
-	if err := pgxscan.Select(ctx, s.pool, &out, blockInfoSQL+` WHERE b.id = $1`, id); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, blockByIDSQL, id); err != nil {
 		return BlockInfo{}, false, fmt.Errorf("execution: block %d: %w", id, err)
 	}
 	if len(out) == 0 {
@@ -773,15 +861,16 @@ type BlockAttempt struct {
 	Dead bool `db:"dead"`
 }
 
-// blockAttemptsSQL lists block $1's attempts, each judged like the block (statusSQL, on its own
-// execution): one that did not end is dead once its execution no longer runs, and once it is
+// blockAttemptsSQL lists block $1's attempts, each judged like the block (taskling.execution_status,
+// on its own execution): one that did not end is dead once its execution no longer runs, and once it is
 // not the latest (the block was taken from it, which only happens to an attempt that ended or
 // whose execution did not run; an execution judged dead may read running again until reclaimed,
 // as a paused process resumes, but its attempt stays superseded). Derived when read, like the
 // block's status: a death is a moment on the clock, not a write.
-var blockAttemptsSQL = `
+const blockAttemptsSQL = `
 SELECT a.attempt, a.execution_id, a.status, a.forced, a.created_at, a.started_at, a.ended_at, a.items_done, a.message,
-    (a.status IN (1, 2) AND (a.attempt < b.attempts OR ` + statusSQL + ` <> 'in_progress')) AS dead
+    (a.status IN (taskling.block_status('not_started'), taskling.block_status('started'))
+        AND (a.attempt < b.attempts OR taskling.execution_status(e, x, s.last_heartbeat) IS DISTINCT FROM 'in_progress')) AS dead
 FROM taskling.block_attempt a
 JOIN taskling.block b ON b.id = a.block_id
 LEFT JOIN taskling.task_execution e ON e.id = a.execution_id
@@ -793,7 +882,7 @@ ORDER BY a.attempt`
 // BlockAttempts lists a block's attempts, first first.
 func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, error) {
 	var out []BlockAttempt
-	err := pgxscan.Select(ctx, s.pool, &out, blockAttemptsSQL, id)
+	err := pgxscan.Select(ctx, s.db, &out, blockAttemptsSQL, id)
 	if err != nil {
 		return nil, fmt.Errorf("execution: attempts of block %d: %w", id, err)
 	}

@@ -1,4 +1,4 @@
-package execution
+package adminstore
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/execution"
 )
 
 // A host's declaration — the settings its code and configuration give a task, before the
@@ -28,8 +30,8 @@ type DeclaredSettings struct {
 }
 
 // Settings are d as complete settings with the given limit (retention aside).
-func (d DeclaredSettings) Settings(limit int) Settings {
-	return Settings{ConcurrencyLimit: limit, Enabled: d.Enabled, DeathMode: d.DeathMode, KeepAliveInterval: d.KeepAliveInterval,
+func (d DeclaredSettings) Settings(limit int) execution.Settings {
+	return execution.Settings{ConcurrencyLimit: limit, Enabled: d.Enabled, DeathMode: d.DeathMode, KeepAliveInterval: d.KeepAliveInterval,
 		KeepAliveDeathThreshold: d.KeepAliveDeathThreshold, OverrideThreshold: d.OverrideThreshold}
 }
 
@@ -59,13 +61,13 @@ WHERE (r.declared_completed, r.declared_failed, r.declared_blocked, r.declared_b
 // Declare records the settings host declares for a task (the last declaration wins, like a
 // declared limit), its keep settings included (when set), in one round trip; nothing is written
 // where they are unchanged.
-func (s *Store) Declare(ctx context.Context, taskID int64, d Settings, host string) error {
+func (s *Store) Declare(ctx context.Context, taskID int64, d execution.Settings, host string) error {
 	b := &pgx.Batch{}
 	b.Queue(declareSQL, taskID, d.Enabled, d.DeathMode, d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold, host)
-	if r := d.Retention; r != (Retention{}) {
+	if r := d.Retention; r != (execution.Retention{}) {
 		b.Queue(declareRetentionSQL, taskID, r.Completed, r.Failed, r.Blocked, host)
 	}
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("execution: declare the settings of task %d: %w", taskID, err)
 	}
 	return nil
@@ -79,12 +81,12 @@ FROM taskling.task_declaration t JOIN taskling.task_definition d ON d.id = t.tas
 WHERE t.task_id = $1`
 
 // declaredOf reads declarationSQL's row: the declared settings, and their source.
-func declaredOf(row pgx.Row) (Settings, string, bool, error) {
+func declaredOf(row pgx.Row) (execution.Settings, string, bool, error) {
 	var d DeclaredSettings
 	var limit int
 	err := row.Scan(&limit, &d.Enabled, &d.DeathMode, &d.KeepAliveInterval, &d.KeepAliveDeathThreshold, &d.OverrideThreshold, &d.By, &d.At)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Settings{}, "", false, nil
+		return execution.Settings{}, "", false, nil
 	}
 	return d.Settings(limit), d.Source(), err == nil, err
 }
