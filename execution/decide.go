@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/tokens"
 )
 
@@ -119,13 +120,6 @@ type errNeedLegacy struct{ ids []int64 }
 func (e *errNeedLegacy) Error() string {
 	return fmt.Sprintf("grantees %v have no liveness terms: read their rows", e.ids)
 }
-
-// Ends of executions, as stored in execution_end.outcome.
-const (
-	endCompleted int16 = 1
-	endFailed    int16 = 2
-	endReclaimed int16 = 3 // taken by another requester: its holder was dead
-)
 
 // txPlan is what round trip 2 writes for one task, with each request's outcome.
 type txPlan struct {
@@ -377,7 +371,7 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 	if prior, ended := d.st.ended[r.ExecutionID]; ended {
 		// A retry whose earlier attempt committed (its answer was lost), or an execution
 		// reclaimed meanwhile: its end is recorded, nothing more to write.
-		out.LeaseLost = prior == endReclaimed
+		out.LeaseLost = prior == codes.OutcomeReclaimed
 		return
 	}
 	held := false
@@ -390,12 +384,12 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 	d.dropTerm(r.ExecutionID)
 	end := r.outcome()
 	if !held {
-		end = endReclaimed // its reclaim wrote the end already; this one is not recorded
+		end = codes.OutcomeReclaimed // its reclaim wrote the end already; this one is not recorded
 	}
 	out.LeaseLost = !held
 	d.plan.completes = append(d.plan.completes, i)
 	d.plan.outcomes = append(d.plan.outcomes, end)
-	ok := held && end == endCompleted
+	ok := held && end == codes.OutcomeCompleted
 	d.releasedOK[r.ExecutionID] = ok
 	if ok && r.Idempotent && r.ReferenceValue != nil {
 		d.plan.succeeded = append(d.plan.succeeded, i)

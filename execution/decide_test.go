@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
+	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/tokens"
 )
 
@@ -20,7 +21,7 @@ import (
 const nowUS = int64(1_800_000_000_000_000) // the DB clock in these tests
 
 func settings(limit int) Settings {
-	return Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: modeKeepAlive,
+	return Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: codes.DeathKeepAlive,
 		KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second}
 }
 
@@ -173,7 +174,7 @@ func TestDecideServesReleasesBeforeAcquires(t *testing.T) {
 	require.Equal(t, NotDenied, plan.results[0].acquire.Denied)
 	require.Equal(t, uuid.MustParse(t1), plan.results[0].acquire.TokenID)
 	require.Equal(t, []int{1}, plan.completes)
-	require.Equal(t, []int16{endCompleted}, plan.outcomes)
+	require.Equal(t, []int16{codes.OutcomeCompleted}, plan.outcomes)
 	require.True(t, plan.notify, "a slot went back while someone waits")
 }
 
@@ -184,13 +185,13 @@ func TestDecideReleaseIsIdentityChecked(t *testing.T) {
 	require.True(t, plan.results[0].release.LeaseLost)
 	require.Equal(t, list.String(), plan.tokens, "the slot of another execution is left alone")
 	require.False(t, plan.notify)
-	require.Equal(t, []int16{endReclaimed}, plan.outcomes, "its reclaim recorded its end")
+	require.Equal(t, []int16{codes.OutcomeReclaimed}, plan.outcomes, "its reclaim recorded its end")
 }
 
 func TestDecideRetriedReleaseReportsWhatTheFirstAttemptDid(t *testing.T) {
 	list := tokens.List{Tokens: []tokens.Token{{ID: uuid.MustParse(t1), Status: tokens.Available}}}
 	st := state(list, nil, 0)
-	st.ended = map[int64]int16{1: endCompleted, 2: endReclaimed}
+	st.ended = map[int64]int16{1: codes.OutcomeCompleted, 2: codes.OutcomeReclaimed}
 	retry := func(id int64) request { r := releaseReq(id, uuid.MustParse(t1)); r.release.Retry = true; return r }
 	plan, err := decide(st, []request{retry(1), retry(2)}, counter())
 	require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/tokens"
 )
 
@@ -76,7 +77,7 @@ func (d *decider) handOff() error {
 	switch {
 	case st.handoffs == nil, st.protocol < 4, st.protocol > ProtocolVersion, d.list.IsUnlimited(),
 		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
-		o.DeathMode != nil && *o.DeathMode != modeKeepAlive, // the grant lives by the waiter's session
+		o.DeathMode != nil && *o.DeathMode != codes.DeathKeepAlive, // the grant lives by the waiter's session
 		len(d.missingTerms()) > 0 && st.legacy == nil:
 		return nil
 	}
@@ -191,16 +192,6 @@ ORDER BY r.fence`
 	lapseHandoffsSQL = `UPDATE taskling.handoff SET lapsed_at = clock_timestamp() WHERE exec_id = ANY($1) AND lapsed_at IS NULL`
 )
 
-var (
-	// endAbandonedSQL ends the executions of $1 that were started (after lapseHandoffsSQL, in a
-	// statement of its own: its snapshot sees a take that committed while the delete waited).
-	endAbandonedSQL = `
-INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
-SELECT e.id, ` + endFailedText + `, clock_timestamp() FROM taskling.task_execution e WHERE e.id = ANY($1)
-ON CONFLICT (execution_id) DO NOTHING`
-	endFailedText = fmt.Sprint(endFailed)
-)
-
 // takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, in
 // one statement. The execution starts at its grant, as every grant's does.
 const takeHandoffSQL = `
@@ -224,7 +215,7 @@ var ErrNotHandedOff = errors.New("no slot granted to the ticket")
 // statement is not cancelled with ctx once sent (see txConn.commit): a taken slot is never left
 // unknown to its waiter for a cancellation.
 func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective Settings) (AcquireResult, error) {
-	effective.DeathMode = modeKeepAlive // as its grant's term: it lives by the session's heartbeat
+	effective.DeathMode = codes.DeathKeepAlive // as its grant's term: it lives by the session's heartbeat
 	res := AcquireResult{Effective: effective}
 	var header any
 	if req.Header != nil {
@@ -245,3 +236,11 @@ func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective S
 	}
 	return res, nil
 }
+
+// endAbandonedSQL ends the executions of $1 that were started (after lapseHandoffsSQL, in a
+// statement of its own: its snapshot sees a take that committed while the delete waited) with
+// outcome $2 (failed).
+const endAbandonedSQL = `
+INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+SELECT e.id, $2::smallint, clock_timestamp() FROM taskling.task_execution e WHERE e.id = ANY($1)
+ON CONFLICT (execution_id) DO NOTHING`

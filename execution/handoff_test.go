@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/tokens"
 )
 
@@ -44,7 +45,7 @@ func TestAReleaseGrantsItsSlotToTheDirectTicketFirstInLine(t *testing.T) {
 
 func TestNoHandoffWhereAnAcquireCouldDecideOtherwise(t *testing.T) {
 	release := []request{releaseReq(5, uuid.MustParse(t1))}
-	two, off, override := 2, false, modeOverride
+	two, off, override := 2, false, codes.DeathOverride
 	for name, change := range map[string]func(*txState){
 		"a ticket that is not direct is first": func(st *txState) { *st = handoffState(false, true) },
 		"an operator changed the limit":        func(st *txState) { st.overrides.ConcurrencyLimit = &two },

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // ReleaseRequest returns a slot.
@@ -27,9 +29,9 @@ type ReleaseRequest struct {
 // Outcome is the end the release records.
 func (r ReleaseRequest) outcome() int16 {
 	if r.Failed {
-		return endFailed
+		return codes.OutcomeFailed
 	}
-	return endCompleted
+	return codes.OutcomeCompleted
 }
 
 // ReleaseResult is the outcome of a release.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // A session is one client process: its executions in KeepAlive mode live by its heartbeat, which
@@ -54,7 +56,7 @@ const (
 const (
 	renewSessionSQL = `UPDATE taskling.session SET last_heartbeat = clock_timestamp() WHERE id = $1`
 	lostSQL         = `
-SELECT x.id, CASE WHEN t.id IS NULL THEN 3 WHEN e.outcome = 3 THEN 1 ELSE 2 END
+SELECT x.id, t.id IS NULL, e.outcome
 FROM unnest($1::bigint[]) AS x(id)
 LEFT JOIN taskling.task_execution t ON t.id = x.id AND t.session_id IS NOT DISTINCT FROM $2
 LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
@@ -64,7 +66,7 @@ WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
 	// database not yet migrated to submissions).
 	cancelledSQL = `
 SELECT s.execution_id FROM taskling.submission s
-WHERE s.execution_id = ANY($1) AND s.status = 2 AND s.cancel_requested_at IS NOT NULL`
+WHERE s.execution_id = ANY($1) AND s.status = $2::smallint AND s.cancel_requested_at IS NOT NULL`
 )
 
 // Heartbeat renews session's lease for executions, in one transaction of one round trip, and
@@ -84,17 +86,25 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 		b.Queue(lostSQL, executions, session).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
-				var why int32
-				if err := rows.Scan(&id, &why); err != nil {
+				var missing bool
+				var outcome *int16
+				if err := rows.Scan(&id, &missing, &outcome); err != nil {
 					return err
 				}
-				lost[id] = Lost(why)
+				switch {
+				case missing:
+					lost[id] = Missing
+				case outcome != nil && *outcome == codes.OutcomeReclaimed:
+					lost[id] = Reclaimed
+				default:
+					lost[id] = Ended
+				}
 			}
 			return nil
 		})
 	}
 	if len(submissionRuns) > 0 {
-		b.Queue(cancelledSQL, submissionRuns).Query(func(rows pgx.Rows) error {
+		b.Queue(cancelledSQL, submissionRuns, codes.SubmissionInProgress).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
 				if err := rows.Scan(&id); err != nil {

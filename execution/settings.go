@@ -4,12 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-)
 
-// Death modes as stored in death_mode columns: taskling.DeathMode's values.
-const (
-	modeKeepAlive int16 = 1 // dead when the DB clock passes the last heartbeat + KeepAliveDeathThreshold
-	modeOverride  int16 = 2 // dead when the DB clock passes the start + OverrideThreshold
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // ErrInvalidSettings is wrapped by every settings validation error.
@@ -92,7 +88,7 @@ type Settings struct {
 }
 
 // KeepAlive reports whether holders are judged by their heartbeats (else by their start time).
-func (s Settings) KeepAlive() bool { return s.DeathMode == modeKeepAlive }
+func (s Settings) KeepAlive() bool { return s.DeathMode == codes.DeathKeepAlive }
 
 // Validate reports the first invalid field, naming it. source says where the value came from
 // (for example "operator override"), so that an operator sees which layer to fix.
@@ -118,7 +114,7 @@ func (s Settings) validate(from func(field string) string) error {
 	if err := checkLimit(s.ConcurrencyLimit, in("ConcurrencyLimit")); err != nil {
 		return err
 	}
-	if s.DeathMode != modeKeepAlive && s.DeathMode != modeOverride {
+	if s.DeathMode != codes.DeathKeepAlive && s.DeathMode != codes.DeathOverride {
 		return invalid("DeathMode", "DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", in("DeathMode"), s.DeathMode)
 	}
 	if s.Retention != (Retention{}) {
@@ -126,7 +122,7 @@ func (s Settings) validate(from func(field string) string) error {
 			return err
 		}
 	}
-	if s.DeathMode == modeOverride {
+	if s.DeathMode == codes.DeathOverride {
 		if s.OverrideThreshold <= 0 {
 			// The mode is at fault when it was set elsewhere than the missing threshold.
 			field := "OverrideThreshold"
@@ -160,7 +156,7 @@ func (s Settings) validate(from func(field string) string) error {
 
 // Threshold is the time after which a silent holder is judged dead in its death mode.
 func (s Settings) Threshold() time.Duration {
-	if s.DeathMode == modeOverride {
+	if s.DeathMode == codes.DeathOverride {
 		return s.OverrideThreshold
 	}
 	return s.KeepAliveDeathThreshold
@@ -219,7 +215,7 @@ func (o Overrides) ValidateFields() error {
 			return err
 		}
 	}
-	if o.DeathMode != nil && *o.DeathMode != modeKeepAlive && *o.DeathMode != modeOverride {
+	if o.DeathMode != nil && *o.DeathMode != codes.DeathKeepAlive && *o.DeathMode != codes.DeathOverride {
 		return invalid("DeathMode", "DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", in, *o.DeathMode)
 	}
 	for _, d := range []struct {

@@ -11,6 +11,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/taskling-go/taskling/internal/codes"
 )
 
 // tokenTx is one token transaction serving a batch of acquires and releases of one or more tasks
@@ -206,7 +208,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 
 // queueLegacyRead queues the read of the liveness of grantees without terms, judged by their rows.
 func queueLegacyRead(b *txBatch, legacy map[int64]bool, into map[int64]holder) {
-	b.Queue(legacySQL, slices.Sorted(maps.Keys(legacy))).Query(func(rows pgx.Rows) error {
+	b.Queue(legacySQL, slices.Sorted(maps.Keys(legacy)), codes.DeathKeepAlive).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id, expiresUS int64
 			var alive bool
@@ -283,10 +285,10 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 	// Ends first, grants after: on the database clock a slot handed over in one transaction ends
 	// before its next holder starts, as decide served them.
 	if len(w.reclaimExecs) > 0 {
-		b.Queue(reclaimSQL, w.reclaimExecs, w.reclaimSessions, w.reclaimGranted, w.reclaimThresholds)
+		b.Queue(reclaimSQL, w.reclaimExecs, w.reclaimSessions, w.reclaimGranted, w.reclaimThresholds, codes.OutcomeReclaimed)
 	}
 	if len(w.legacyReclaims) > 0 {
-		b.Queue(legacyReclaimSQL, w.legacyReclaims)
+		b.Queue(legacyReclaimSQL, w.legacyReclaims, codes.DeathKeepAlive, codes.OutcomeReclaimed)
 	}
 	if len(w.endExecs) > 0 {
 		b.Queue(endSQL, w.endExecs, w.endOutcomes)
@@ -295,7 +297,7 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 		b.Queue(lapseHandoffsSQL, w.lapsed)
 	}
 	if len(w.abandoned) > 0 {
-		b.Queue(endAbandonedSQL, w.abandoned)
+		b.Queue(endAbandonedSQL, w.abandoned, codes.OutcomeFailed)
 	}
 	if len(w.okTasks) > 0 {
 		b.Queue(succeededSQL, w.okTasks, w.okRefs, w.okExecs)
@@ -391,7 +393,7 @@ func (w *planWrites) queueLinks(b *txBatch, sql string) {
 	if len(w.linkSubs) == 0 {
 		return
 	}
-	b.Queue(sql, w.linkSubs, w.linkSessions, w.linkExecs, w.linkTasks).Query(func(rows pgx.Rows) error {
+	b.Queue(sql, w.linkSubs, w.linkSessions, w.linkExecs, w.linkTasks, codes.SubmissionInProgress, codes.SubmissionWaiting).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var exec int64
 			var attempt int
@@ -452,7 +454,7 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 	w.lapsed = append(w.lapsed, plan.lapsed...)
 	w.abandoned = append(w.abandoned, plan.abandoned...)
 	for k, i := range plan.completes {
-		if plan.outcomes[k] != endReclaimed { // a reclaim recorded that end already
+		if plan.outcomes[k] != codes.OutcomeReclaimed { // a reclaim recorded that end already
 			w.endExecs, w.endOutcomes = append(w.endExecs, reqs[i].release.ExecutionID), append(w.endOutcomes, plan.outcomes[k])
 			w.endTasks = append(w.endTasks, taskID)
 		}
@@ -488,7 +490,7 @@ type txConn struct {
 	reservedAhead []int64
 }
 
-// taskRow is a task row as the token logic reads it (taskRowSQL).
+// taskRow is a task row as the token logic reads it (statements.go).
 type taskRow struct {
 	id    int64
 	state txState
@@ -503,7 +505,7 @@ func (t *txConn) see(r taskRow) {
 	t.seen[r.id] = r
 }
 
-// scanTaskRows reads rows of taskRowSQL.
+// scanTaskRows reads task rows (lockTasksSQL, updateTasksSQL, casTasksSQL).
 func scanTaskRows(rows pgx.Rows, fn func(taskRow)) error {
 	for rows.Next() {
 		var r taskRow
@@ -551,19 +553,21 @@ func (t *txConn) begin() *txBatch {
 }
 
 // settingsSQL sets, for the transaction:
-//   - an idle timeout: a client cut off between the two round trips would otherwise keep the task
-//     rows locked until its socket dies (TCP keepalive: hours); the server ends such a session;
+//   - an idle timeout of 5 s: a client cut off between the two round trips would otherwise keep
+//     the task rows locked until its socket dies (TCP keepalive: hours); the server ends such a
+//     session, releasing the locks;
 //   - generic plans: the token statements are planned once per connection, not at every call
 //     (planning them cost more than running them).
-var settingsSQL = fmt.Sprintf(`SELECT set_config('idle_in_transaction_session_timeout', '%d', true),
-    set_config('plan_cache_mode', 'force_generic_plan', true)`, idleInTransactionTimeout.Milliseconds())
+const settingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', '5000', true),
+    set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // serializableSettingsSQL adds, under SERIALIZABLE: no sequential scans, which take a predicate
 // lock on the whole table that any write of an unrelated task would conflict with (index scans
 // lock only what they read; the planner picks sequential scans for small tables); and no JIT
 // compilation, which the cost of a ruled-out plan would otherwise trigger (tens of milliseconds a
 // statement).
-var serializableSettingsSQL = settingsSQL + `,
+const serializableSettingsSQL = `SELECT set_config('idle_in_transaction_session_timeout', '5000', true),
+    set_config('plan_cache_mode', 'force_generic_plan', true),
     set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
 // send sends b, runs each queued statement's reader, and returns the first error.
@@ -603,10 +607,6 @@ func lastRoundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
 // commitTimeout bounds the last round trip of a token transaction once sent (or the caller's
 // deadline, if later).
 const commitTimeout = 5 * time.Second
-
-// idleInTransactionTimeout bounds how long a token transaction may sit idle between its two
-// round trips before the server ends its session, releasing the task rows' locks.
-const idleInTransactionTimeout = 5 * time.Second
 
 // errRollback ends a transaction that must write nothing; Acquire turns it into a result.
 var errRollback = errors.New("rollback")
