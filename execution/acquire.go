@@ -39,50 +39,114 @@ const (
 	DeniedDuplicate
 )
 
-// AcquireRequest asks for a slot of a task.
-type AcquireRequest struct {
+// The operations of the grant protocol on a task's slots each have a request type: Acquire (a
+// start: granted now or denied, or queued when it asks to wait), ClaimInstant (a start that claims
+// a cron instant), StartAttempt (a start that starts a claimed submission's attempt), Leave (a
+// waiter that gives up its ticket), Reap (take the slots of dead holders, granting nothing), and
+// TakeHandoff (take the slot granted to a direct ticket). Each is served by a token transaction
+// (or, for TakeHandoff, a statement of its own), combined with the process's other operations.
+
+// Requester is who asks: the part every operation's request shares.
+type Requester struct {
 	TaskID   int64
 	TaskName string // "app/task", for error messages
 	Host     string
 	// SessionID is the requester's session (RegisterSession): a holder in KeepAlive mode lives
-	// by its heartbeat.
+	// by its heartbeat, and so does a ticket.
 	SessionID int64
 	// Declared are the requester's settings (defaults, config and code), before operator
 	// overrides. They must be valid.
-	Declared       Settings
+	Declared Settings
+}
+
+// AcquireRequest asks for a slot of a task: granted, or denied (Queue: queued).
+type AcquireRequest struct {
+	Requester
 	ReferenceValue *string
-	Idempotent     bool
-	Header         []byte // JSON, or nil
-	ScheduledFor   *time.Time
-	// Schedule, with ScheduledFor, makes the acquisition claim a cron instant (see ScheduleClaim).
-	// Such an acquisition runs in a transaction of its own: a lost claim aborts it.
-	Schedule *ScheduleClaim
+	// Idempotent allows one successful execution per ReferenceValue (see StartOptions).
+	Idempotent bool
+	Header     []byte // JSON, or nil
+	// ScheduledFor is the cron instant the execution runs (Backfill), without a claim.
+	ScheduledFor *time.Time
 	// RecordDenial writes a denied attempt as a Blocked execution. When false (an attempt in a
 	// wait loop), a denied attempt writes no execution; it marks the task as waited for (for the
 	// next 60 s), so that releases notify the waiters. Wait loops must retry within 60 s.
 	RecordDenial bool
-	// Wait queues the requester for a slot when it is denied (a ticket in the task's row,
-	// oldest first across every host, higher Priority first); later attempts pass the Ticket
-	// they got. A ticket lives by the session's heartbeat (Declared.KeepAliveDeathThreshold),
-	// and a slot offered to it that is not taken within OfferWindow passes to the next ticket.
-	Wait        bool
-	Ticket      int64
+	// Queue, when set, queues the requester when it is denied: a ticket in the task's row,
+	// oldest first across every host, higher priority first. Later attempts pass the ticket they
+	// got (Queue.Ticket).
+	Queue *Queue
+	// NewTokenID makes token ids (tests); nil means uuid.New.
+	NewTokenID func() uuid.UUID
+}
+
+// Queue is how a requester waits for a slot. A ticket lives by the session's heartbeat
+// (Declared.KeepAliveDeathThreshold), and a slot offered or granted to it that is not taken
+// within OfferWindow passes to the next ticket.
+type Queue struct {
+	Ticket      int64 // 0 for the first attempt
 	Priority    int
 	OfferWindow time.Duration
-	// LeaveQueue removes Ticket from the queue (a waiter that gave up); nothing else is done.
-	LeaveQueue bool
-	// Submission is a waiting submission claimed by SessionID (ClaimSubmissions): a grant
-	// starts its next attempt under the execution, in the same transaction (AcquireResult.Attempt).
-	Submission int64
 	// Direct asks for a direct ticket (protocol 4, handoff.go): a slot freed while it is first in
 	// line is granted to it at once, and its waiter takes it with TakeHandoff. Only for a plain
 	// start: no idempotent reference, cron instant, submission or critical section.
 	Direct bool
-	// Reap takes the slots of every holder judged dead, and grants nothing: the reclaims a grant
-	// would make, without the grant (RecoverSubmissions).
-	Reap bool
-	// NewTokenID makes token ids (tests); nil means uuid.New.
-	NewTokenID func() uuid.UUID
+}
+
+// ClaimInstantRequest is an acquisition that claims a cron instant (see ScheduleClaim). It runs
+// in a transaction of its own: a lost claim aborts it.
+type ClaimInstantRequest struct {
+	AcquireRequest
+	Instant time.Time
+	Claim   ScheduleClaim
+}
+
+// StartAttemptRequest is an acquisition whose grant starts the next attempt of Submission, a
+// waiting submission claimed by the requester's session, under the execution, in the same
+// transaction (AcquireResult.Attempt).
+type StartAttemptRequest struct {
+	AcquireRequest
+	Submission int64
+}
+
+// LeaveRequest removes a waiter's ticket from the queue (it gave up); a slot offered or granted
+// to it passes to the next ticket.
+type LeaveRequest struct {
+	Requester
+	Ticket int64
+}
+
+// ReapRequest takes the slots of every holder of the task judged dead, and grants nothing: the
+// reclaims a grant would make, without the grant.
+type ReapRequest struct {
+	Requester
+}
+
+// opKind is the operation an acquisition is.
+type opKind int
+
+const (
+	opAcquire opKind = iota // Acquire, ClaimInstant, StartAttempt
+	opLeave
+	opReap
+)
+
+// acquisition is every operation but a release, as the token transaction decides it.
+type acquisition struct {
+	kind opKind
+	AcquireRequest
+	// Schedule, with ScheduledFor, claims a cron instant.
+	Schedule *ScheduleClaim
+	// Submission starts a claimed submission's attempt.
+	Submission int64
+}
+
+// ticket is the requester's ticket (0: none).
+func (a *acquisition) ticket() int64 {
+	if a.Queue == nil {
+		return 0
+	}
+	return a.Queue.Ticket
 }
 
 // AcquireResult is the outcome of an acquisition.
@@ -102,13 +166,13 @@ type AcquireResult struct {
 	// its place in line (1: next).
 	Ticket   int64
 	Position int
-	// Direct: the ticket is direct (AcquireRequest.Direct was honoured). HandedOff: a slot is
+	// Direct: the ticket is direct (Queue.Direct was honoured). HandedOff: a slot is
 	// granted to it; take it with TakeHandoff.
 	Direct, HandedOff bool
 	// Reclaimed lists the dead holders whose slots this acquisition took or removed (set once
 	// the transaction committed).
 	Reclaimed []int64
-	// Attempt is the attempt of AcquireRequest.Submission the grant started; 0 when it did not
+	// Attempt is the attempt of StartAttemptRequest.Submission the grant started; 0 when it did not
 	// (the submission was cancelled, or its claim lapsed and another worker took it).
 	Attempt int
 	// ConflictingDeclaration is the different limit another host had declared, if any.
@@ -128,10 +192,40 @@ type Declaration struct {
 // Acquire runs the acquire transaction, together with the other token operations this process
 // has queued. It returns an error only when the transaction failed; a denial is a result.
 func (s *Store) Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error) {
-	o := &op{request: request{acquire: &req}, ctx: ctx}
+	return s.serve(ctx, &acquisition{kind: opAcquire, AcquireRequest: req}, "acquire")
+}
+
+// ClaimInstant is Acquire claiming a cron instant.
+func (s *Store) ClaimInstant(ctx context.Context, req ClaimInstantRequest) (AcquireResult, error) {
+	a := &acquisition{kind: opAcquire, AcquireRequest: req.AcquireRequest, Schedule: &req.Claim}
+	a.ScheduledFor = &req.Instant
+	return s.serve(ctx, a, "claim an instant of")
+}
+
+// StartAttempt is Acquire starting a claimed submission's attempt.
+func (s *Store) StartAttempt(ctx context.Context, req StartAttemptRequest) (AcquireResult, error) {
+	return s.serve(ctx, &acquisition{kind: opAcquire, AcquireRequest: req.AcquireRequest, Submission: req.Submission},
+		"start an attempt of")
+}
+
+// Leave removes a waiter's ticket.
+func (s *Store) Leave(ctx context.Context, req LeaveRequest) error {
+	_, err := s.serve(ctx, &acquisition{kind: opLeave, AcquireRequest: AcquireRequest{Requester: req.Requester,
+		Queue: &Queue{Ticket: req.Ticket}}}, "leave the queue of")
+	return err
+}
+
+// Reap takes the slots of the task's dead holders.
+func (s *Store) Reap(ctx context.Context, req ReapRequest) (AcquireResult, error) {
+	return s.serve(ctx, &acquisition{kind: opReap, AcquireRequest: AcquireRequest{Requester: req.Requester}}, "reap")
+}
+
+// serve runs an acquisition in a token transaction.
+func (s *Store) serve(ctx context.Context, a *acquisition, what string) (AcquireResult, error) {
+	o := &op{request: request{acquire: a}, ctx: ctx}
 	s.submit(o)
 	if err := o.err(); err != nil {
-		return AcquireResult{}, fmt.Errorf("execution: acquire %s: %w", req.TaskName, err)
+		return AcquireResult{}, fmt.Errorf("%s %s: %w", what, a.TaskName, err)
 	}
 	return o.outcome.acquire, nil
 }
@@ -194,7 +288,7 @@ func (w *executionRows) args(version string) []any {
 		w.refs, w.idempotent, w.headers, w.blocked, w.reasons, w.tokenIDs, w.fences, w.scheduledFor}
 }
 
-func (w *executionRows) add(req *AcquireRequest, res *AcquireResult) {
+func (w *executionRows) add(req *acquisition, res *AcquireResult) {
 	e := res.Effective
 	w.ids = append(w.ids, res.ExecutionID)
 	w.tasks = append(w.tasks, req.TaskID)

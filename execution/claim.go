@@ -72,7 +72,7 @@ func ToArrays(events []ScheduleEvent) EventArrays {
 }
 
 // queueClaim adds the claim's compare-and-set to the acquire transaction's second batch.
-func queueClaim(b *txBatch, req AcquireRequest) {
+func queueClaim(b *txBatch, req acquisition) {
 	a := ToArrays(req.Schedule.Events)
 	b.Queue(claimScheduleSQL, req.TaskID, req.Host, a.Kinds, a.Firsts, a.Lasts, a.Counts, a.Details,
 		*req.ScheduledFor, req.Schedule.Expected)

@@ -31,7 +31,7 @@ var ErrUpgradeRequired = errors.New("taskling: upgrade required")
 
 // request is one acquire or release served by a token transaction.
 type request struct {
-	acquire *AcquireRequest
+	acquire *acquisition
 	release *ReleaseRequest
 }
 
@@ -270,21 +270,21 @@ func (d *decider) free() int {
 // ticket is among the first free ones; a start without a ticket only when there are more free
 // slots than tickets (no barging past the queue). A waiter that is not granted keeps or takes a
 // ticket, whose position goes to res.
-func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireResult) bool {
+func (d *decider) queueAllows(req *acquisition, execID int64, res *AcquireResult) bool {
 	if d.list.IsUnlimited() {
 		return true
 	}
 	free := d.free()
-	if req.Ticket != 0 {
+	if req.ticket() != 0 {
 		if d.st.blind {
 			d.tripped = true
 			return false
 		}
-		if _, granted := d.st.handoffs[req.Ticket]; granted && d.terms[req.Ticket].exec != 0 {
-			res.Ticket, res.Direct, res.HandedOff = req.Ticket, true, true // its waiter takes it (TakeHandoff)
+		if _, granted := d.st.handoffs[req.ticket()]; granted && d.terms[req.ticket()].exec != 0 {
+			res.Ticket, res.Direct, res.HandedOff = req.ticket(), true, true // its waiter takes it (TakeHandoff)
 			return false
 		}
-		ticket := req.Ticket
+		ticket := req.ticket()
 		pos := d.queue.position(ticket)
 		if pos < 0 {
 			// Judged dead (its process paused), its grant lapsed, or never queued: back in line,
@@ -303,7 +303,7 @@ func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireRes
 	if len(d.queue.tickets) < free {
 		return true
 	}
-	if req.Wait {
+	if req.Queue != nil {
 		if d.st.blind {
 			d.tripped = true
 			return false
@@ -315,19 +315,19 @@ func (d *decider) queueAllows(req *AcquireRequest, execID int64, res *AcquireRes
 	return false
 }
 
-func (d *decider) newTicket(req *AcquireRequest, id int64, effective Settings) ticket {
+func (d *decider) newTicket(req *acquisition, id int64, effective Settings) ticket {
 	threshold := effective.KeepAliveDeathThreshold
 	if threshold <= 0 {
 		threshold = time.Minute
 	}
-	window := req.OfferWindow
+	window := req.Queue.OfferWindow
 	if window <= 0 {
 		window = 3 * time.Second
 	}
 	// A direct ticket's grant is held by the waiter's session: only a KeepAlive waiter can take
 	// one, and only where the schema records grants to take (protocol 4).
-	direct := req.Direct && effective.KeepAlive() && d.st.handoffs != nil && d.st.protocol >= 4
-	return ticket{id: id, session: req.SessionID, priority: int64(req.Priority), queuedUS: d.st.nowUS, threshold: threshold, window: window,
+	direct := req.Queue.Direct && effective.KeepAlive() && d.st.handoffs != nil && d.st.protocol >= 4
+	return ticket{id: id, session: req.SessionID, priority: int64(req.Queue.Priority), queuedUS: d.st.nowUS, threshold: threshold, window: window,
 		direct: direct}
 }
 
@@ -396,7 +396,7 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 	}
 }
 
-func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
+func (d *decider) acquire(i int, req *acquisition, execID int64) error {
 	out := &d.plan.results[i]
 	if d.st.protocol > ProtocolVersion {
 		out.err = fmt.Errorf("%w: the database runs grant protocol %d; this binary speaks protocol %d and must not grant by older rules: upgrade it (README: Upgrading)",
@@ -404,16 +404,16 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 		return nil
 	}
 	res := &out.acquire
-	if req.LeaveQueue {
-		if pos := d.queue.position(req.Ticket); pos >= 0 && pos < d.free() {
+	switch req.kind {
+	case opLeave:
+		if pos := d.queue.position(req.ticket()); pos >= 0 && pos < d.free() {
 			d.freed = true // its offer passes to the next ticket: tell that waiter
 		}
-		d.queue.remove(req.Ticket)
-		d.giveBack(req.Ticket)
+		d.queue.remove(req.ticket())
+		d.giveBack(req.ticket())
 		res.Denied = DeniedLimit
 		return nil
-	}
-	if req.Reap {
+	case opReap:
 		d.reap(out)
 		res.Denied = DeniedLimit
 		return nil

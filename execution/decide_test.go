@@ -26,7 +26,8 @@ func settings(limit int) Settings {
 }
 
 func acquireReq(limit int) request {
-	return request{acquire: &AcquireRequest{TaskName: "app/task", Host: "h", SessionID: 1, Declared: settings(limit), RecordDenial: true}}
+	return request{acquire: &acquisition{AcquireRequest: AcquireRequest{Requester: Requester{TaskName: "app/task", Host: "h", SessionID: 1,
+		Declared: settings(limit)}, RecordDenial: true}}}
 }
 
 func releaseReq(execID int64, token uuid.UUID) request {

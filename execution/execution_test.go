@@ -51,9 +51,10 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, url string, opts *execution.Optio
 
 func (b *testBundle) request(limit int) execution.AcquireRequest {
 	return execution.AcquireRequest{
-		TaskID: b.taskID, TaskName: "app/task", Host: "h", SessionID: b.session, RecordDenial: true,
-		Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
-			KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second},
+		Requester: execution.Requester{TaskID: b.taskID, TaskName: "app/task", Host: "h", SessionID: b.session,
+			Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
+				KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second}},
+		RecordDenial: true,
 	}
 }
 
@@ -430,8 +431,8 @@ func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{e1.ExecutionID: execution.Reclaimed}, lost)
-	again, err := thief.store.Acquire(b.ctx, execution.AcquireRequest{TaskID: other, TaskName: "app/other", Host: "h", SessionID: thief.session,
-		RecordDenial: true, Declared: r2.Declared})
+	again, err := thief.store.Acquire(b.ctx, execution.AcquireRequest{Requester: execution.Requester{TaskID: other, TaskName: "app/other",
+		Host: "h", SessionID: thief.session, Declared: r2.Declared}, RecordDenial: true})
 	require.NoError(t, err)
 	require.Equal(t, execution.DeniedLimit, again.Denied, "the heartbeat renewed the unreclaimed one")
 }

@@ -209,12 +209,22 @@ RETURNING id, token_id, fence, started_at, keep_alive_death_threshold`
 // ErrNotHandedOff: no slot was granted to the ticket, or it was taken back.
 var ErrNotHandedOff = errors.New("no slot granted to the ticket")
 
-// TakeHandoff takes the slot granted to req.Ticket, a direct ticket, and starts its execution
-// with effective settings (those the waiter's last attempt was told; the death threshold is the
-// one its grant was made with). It returns ErrNotHandedOff when there is none to take. Its one
-// statement is not cancelled with ctx once sent (see txConn.commit): a taken slot is never left
-// unknown to its waiter for a cancellation.
-func (s *Store) TakeHandoff(ctx context.Context, req AcquireRequest, effective Settings) (AcquireResult, error) {
+// TakeHandoffRequest takes the slot granted to a direct ticket.
+type TakeHandoffRequest struct {
+	Requester
+	Ticket         int64
+	ReferenceValue *string
+	Header         []byte // JSON, or nil
+	// Effective are the settings the waiter's last attempt was told; the death threshold is the
+	// one its grant was made with.
+	Effective Settings
+}
+
+// TakeHandoff takes the slot granted to req.Ticket and starts its execution. It returns
+// ErrNotHandedOff when there is none to take. Its one statement is not cancelled with ctx once
+// sent (see txConn.commit): a taken slot is never left unknown to its waiter for a cancellation.
+func (s *Store) TakeHandoff(ctx context.Context, req TakeHandoffRequest) (AcquireResult, error) {
+	effective := req.Effective
 	effective.DeathMode = codes.DeathKeepAlive // as its grant's term: it lives by the session's heartbeat
 	res := AcquireResult{Effective: effective}
 	var header any

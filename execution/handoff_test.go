@@ -84,7 +84,7 @@ func TestAHandoffSkipsADeadWaitersTicket(t *testing.T) {
 // waiterReq is an attempt of the waiter holding ticket, of session (limit 1).
 func waiterReq(ticket, session int64) request {
 	r := acquireReq(1)
-	r.acquire.Wait, r.acquire.Ticket, r.acquire.SessionID = true, ticket, session
+	r.acquire.Queue, r.acquire.SessionID = &Queue{Ticket: ticket}, session
 	return r
 }
 
@@ -144,7 +144,7 @@ func TestAWaiterThatLeavesGivesItsGrantBack(t *testing.T) {
 	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
 	st.reserved = []int64{100}
 	r := waiterReq(50, 2)
-	r.acquire.LeaveQueue = true
+	r.acquire.kind = opLeave
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	require.Equal(t, []int64{50}, plan.lapsed)
@@ -171,7 +171,7 @@ func TestAGrantIsGivenBackOnlyUnderTheLock(t *testing.T) {
 	st.queue, st.handoffs, st.heartbeats, st.blind = "", nil, nil, true // a cached copy
 	st.reserved = []int64{100}
 	r := waiterReq(50, 2)
-	r.acquire.LeaveQueue = true
+	r.acquire.kind = opLeave
 	_, err := decide(st, []request{r}, counter())
 	require.ErrorIs(t, err, errBlind, "whether the grant was taken is only known under the lock")
 }
@@ -222,7 +222,7 @@ func TestAWaiterWhoseGrantLapsedQueuesUnderANewID(t *testing.T) {
 	st := handoffState(true, true)
 	st.reserved = []int64{100}
 	r := waiterReq(49, 2)
-	r.acquire.Direct = true
+	r.acquire.Queue.Direct = true
 	plan, err := decide(st, []request{r}, counter())
 	require.NoError(t, err)
 	res := plan.results[0].acquire

@@ -377,7 +377,7 @@ type planWrites struct {
 	okTasks, okExecs []int64
 	okRefs           []string
 
-	scheduleClaims []*AcquireRequest
+	scheduleClaims []*acquisition
 	notify         []string // payloads (notifyPayload)
 
 	handoffs  handoffRows

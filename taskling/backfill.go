@@ -87,7 +87,8 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 		if err != nil {
 			return ran, err
 		}
-		req := execution.AcquireRequest{TaskID: r.taskID, TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared, ScheduledFor: &instant}
+		req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskID: r.taskID,
+			TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared}, ScheduledFor: &instant}}
 		exec, err := c.claimWhenFree(ctx, app, task, req, settings)
 		if execution.IsScheduleConflict(err) {
 			continue // claimed meanwhile by another Backfill
@@ -105,7 +106,7 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 
 // claimWhenFree acquires a slot for req's instant, waiting while the slot is held. Unlike a
 // WaitForSlot start it records nothing when ctx ends first, so the instant stays backfillable.
-func (c *Client) claimWhenFree(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
+func (c *Client) claimWhenFree(ctx context.Context, app, task string, req startReq, settings TaskSettings) (*Execution, error) {
 	wake, unsubscribe := c.notifier.Subscribe(req.TaskID) // before the first attempt: no lost wake-up
 	defer unsubscribe()
 	for {

@@ -14,7 +14,7 @@ import (
 // task's enabled state comes from. A start records it before asking for its slot, so that a start
 // refused for its settings is explained too; that costs one round trip per task and declaration
 // in a process's life. A failure is only logged: the next start records it again.
-func (c *Client) noteDeclaration(ctx context.Context, req execution.AcquireRequest) {
+func (c *Client) noteDeclaration(ctx context.Context, req startReq) {
 	d := req.Declared
 	if last, ok := c.declarations.Load(req.TaskID); ok && last.(execution.Settings) == d {
 		return

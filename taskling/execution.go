@@ -69,7 +69,7 @@ type Execution struct {
 	releasing atomic.Bool
 }
 
-func (c *Client) newExecution(app, task string, req execution.AcquireRequest, res execution.AcquireResult, declared TaskSettings, startCtx context.Context) *Execution {
+func (c *Client) newExecution(app, task string, req startReq, res execution.AcquireResult, declared TaskSettings, startCtx context.Context) *Execution {
 	threshold := res.Effective.Threshold()
 	e := &Execution{
 		c: c, app: app, task: task, taskID: req.TaskID, id: res.ExecutionID, session: req.SessionID, tokenID: res.TokenID,
@@ -79,7 +79,7 @@ func (c *Client) newExecution(app, task string, req execution.AcquireRequest, re
 		reference:  req.ReferenceValue, idempotent: req.Idempotent,
 	}
 	if res.Attempt > 0 {
-		e.submissionID, e.attempt = req.Submission, res.Attempt
+		e.submissionID, e.attempt = req.submission, res.Attempt
 	}
 	// The work's context keeps the start context's values but not its deadline: an acquire
 	// timeout must not end the work.

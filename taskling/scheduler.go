@@ -174,10 +174,10 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	if err != nil {
 		return 0, false, err
 	}
-	req := execution.AcquireRequest{
-		TaskID: r.taskID, TaskName: r.app + "/" + r.task, Host: c.host, SessionID: session, Declared: declared,
-		ScheduledFor: &instant, RecordDenial: !waitForSlot,
-		Schedule: &execution.ScheduleClaim{Expected: row.Cursor, Events: events},
+	req := startReq{
+		AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskID: r.taskID, TaskName: r.app + "/" + r.task,
+			Host: c.host, SessionID: session, Declared: declared}, RecordDenial: !waitForSlot},
+		claim: &execution.ScheduleClaim{Expected: row.Cursor, Events: events}, instant: instant,
 	}
 	if !c.drain.start() { // Shutdown: claim nothing more
 		return maxScheduleSleep, false, nil

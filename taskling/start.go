@@ -49,8 +49,10 @@ type StartOptions struct {
 	WaitForSlot bool
 	// Priority orders waiters (WaitForSlot): higher first, oldest first within a priority.
 	Priority int
+}
 
-	scheduledFor *time.Time
+// startExtra is what the library's own starts pass beside their StartOptions.
+type startExtra struct {
 	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
 	storedHeader []byte        // the submission's header as stored: jsonb's text, passed as is (work.go)
 	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
@@ -63,6 +65,11 @@ type StartOptions struct {
 // (nothing recorded), ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
 // error. A serialization failure is retried with jittered backoff until ctx ends.
 func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (*Execution, error) {
+	return c.start(ctx, app, task, opts, startExtra{})
+}
+
+// start is StartExecution with what the library's own starts add.
+func (c *Client) start(ctx context.Context, app, task string, opts *StartOptions, x startExtra) (*Execution, error) {
 	if c.isClosed() {
 		return nil, ErrClientClosed
 	}
@@ -70,14 +77,14 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		opts = &StartOptions{}
 	}
 	validate := validateOwnTask
-	if opts.section != nil {
+	if x.section != nil {
 		validate = validateTask
 	}
 	if err := validate(app, task); err != nil {
 		return nil, err
 	}
-	req := execution.AcquireRequest{TaskName: app + "/" + task, Host: c.host, Idempotent: opts.Idempotent, ScheduledFor: opts.scheduledFor,
-		Submission: opts.submission}
+	req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskName: app + "/" + task, Host: c.host},
+		Idempotent: opts.Idempotent}, submission: x.submission}
 	var err error
 	if opts.ReferenceValue != "" {
 		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
@@ -89,14 +96,14 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	}
 	// A stored header is jsonb's own text, whose spaces and expanded numbers may make it longer
 	// than the header submitted: it goes on as it is.
-	if req.Header = opts.storedHeader; req.Header == nil {
+	if req.Header = x.storedHeader; req.Header == nil {
 		if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
 			return nil, err
 		}
 	}
 	settings, declared, err := c.declared(ctx, app, task)
-	if opts.section != nil {
-		settings = *opts.section
+	if x.section != nil {
+		settings = *x.section
 		declared, err = settings.toStore("settings of " + app + "/" + task)
 	}
 	if err != nil {
@@ -118,17 +125,17 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 		}
 		return c.newExecution(app, task, req, res, settings, ctx), nil
 	}
-	req.Wait, req.Priority, req.OfferWindow = true, opts.Priority, c.maxPoll+time.Second
 	// A plain start takes a slot granted to its ticket directly (protocol 4); the others need
-	// their grant's own transaction (a reference's claim, a cron instant's, a submission's link).
-	req.Direct = !opts.Idempotent && opts.scheduledFor == nil && opts.submission == 0 && opts.section == nil
+	// their grant's own transaction (a reference's claim, a submission's link, a section's).
+	req.Queue = &execution.Queue{Priority: opts.Priority, OfferWindow: c.maxPoll + time.Second,
+		Direct: !opts.Idempotent && x.submission == 0 && x.section == nil}
 	return c.waitForSlot(ctx, app, task, req, settings)
 }
 
 // acquire runs one acquisition and turns a denial into its error.
-func (c *Client) acquire(ctx context.Context, app, task string, req execution.AcquireRequest) (execution.AcquireResult, error) {
+func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (execution.AcquireResult, error) {
 	began := time.Now()
-	res, err := c.store.Acquire(ctx, req)
+	res, err := req.run(ctx, c.store)
 	c.hooks.acquireDone(app, task, time.Since(began))
 	if err != nil {
 		return res, err
@@ -165,7 +172,7 @@ func (c *Client) acquire(ctx context.Context, app, task string, req execution.Ac
 	return res, nil
 }
 
-func (c *Client) waitForSlot(ctx context.Context, app, task string, req execution.AcquireRequest, settings TaskSettings) (*Execution, error) {
+func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq, settings TaskSettings) (*Execution, error) {
 	wake, unsubscribe := c.notifier.Subscribe(req.TaskID)
 	granted := false
 	defer func() {
@@ -197,7 +204,8 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 				// Whether it took the slot is unknown: give the ticket and whatever it holds back
 				// (retried until done), and wait on with a new one.
 				c.giveBack(req)
-				req.Ticket, queued = 0, queuedTicket{}
+				req.setTicket(0)
+				queued = queuedTicket{}
 			}
 		}
 		sent := time.Now()
@@ -206,9 +214,10 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
 		}
-		if res.Ticket != 0 && res.Ticket != req.Ticket {
-			req.Ticket, queued.since = res.Ticket, sent
-			c.notifier.SetTicket(wake, req.Ticket) // woken only when a slot is offered to it
+		if res.Ticket != 0 && res.Ticket != req.ticket() {
+			req.setTicket(res.Ticket)
+			queued.since = sent
+			c.notifier.SetTicket(wake, res.Ticket) // woken only when a slot is offered to it
 		}
 		if res.Ticket != 0 {
 			queued.direct, queued.effective = res.Direct, res.Effective
@@ -217,7 +226,7 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			continue // a slot is granted to the ticket: take it
 		}
 		wait := min(poll, c.maxPoll)
-		if req.Ticket != 0 && c.notifier.Listening() {
+		if req.ticket() != 0 && c.notifier.Listening() {
 			// Every event that could let it in is announced to a ticket (a slot offered or
 			// granted to it, the task's overrides changed, the listener reconnected), or timed
 			// (a holder's expiry): polling is only the fallback, and each poll takes the task
@@ -243,7 +252,7 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			return nil, ErrClientClosed
 		case waitCancelled:
 			c.leave(ctx, req) // at once, before recording
-			req.Ticket = 0
+			req.setTicket(0)
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		}
 	}
@@ -257,9 +266,10 @@ type queuedTicket struct {
 }
 
 // takeHandoff takes the slot granted to req's direct ticket, if there is one.
-func (c *Client) takeHandoff(ctx context.Context, app, task string, req execution.AcquireRequest, q queuedTicket, settings TaskSettings) (*Execution, error) {
+func (c *Client) takeHandoff(ctx context.Context, app, task string, req startReq, q queuedTicket, settings TaskSettings) (*Execution, error) {
 	began := time.Now()
-	res, err := c.store.TakeHandoff(ctx, req, q.effective)
+	res, err := c.store.TakeHandoff(ctx, execution.TakeHandoffRequest{Requester: req.Requester, Ticket: req.ticket(),
+		ReferenceValue: req.ReferenceValue, Header: req.Header, Effective: q.effective})
 	if err != nil {
 		return nil, err
 	}
@@ -278,15 +288,15 @@ func (c *Client) takeHandoff(ctx context.Context, app, task string, req executio
 // a take whose outcome is unknown started), in the background, retrying until it is done, the
 // client closes, or giveBackFor passes: a slot held by this process's live session would
 // otherwise stay held as long as the process runs.
-func (c *Client) giveBack(req execution.AcquireRequest) {
-	req.LeaveQueue, req.RecordDenial = true, false
+func (c *Client) giveBack(req startReq) {
+	leave := execution.LeaveRequest{Requester: req.Requester, Ticket: req.ticket()}
 	until := time.Now().Add(giveBackFor)
 	c.live.Add(1)
 	go func() {
 		defer c.live.Done()
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, err := c.store.Acquire(ctx, req)
+			err := c.store.Leave(ctx, leave)
 			cancel()
 			if err == nil || time.Now().After(until) {
 				if err != nil {
@@ -308,24 +318,23 @@ const giveBackFor = 3 * time.Minute
 
 // leave removes req's ticket from the task's queue, if it has one. Best effort: a ticket left
 // behind is dropped once its offer goes untaken, or once the session stops heartbeating.
-func (c *Client) leave(ctx context.Context, req execution.AcquireRequest) {
-	if req.Ticket == 0 {
+func (c *Client) leave(ctx context.Context, req startReq) {
+	if req.ticket() == 0 {
 		return
 	}
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	req.LeaveQueue, req.RecordDenial = true, false
-	if _, err := c.store.Acquire(lctx, req); err != nil {
+	if err := c.store.Leave(lctx, execution.LeaveRequest{Requester: req.Requester, Ticket: req.ticket()}); err != nil {
 		c.log.Warn("taskling: could not leave the queue for a slot", zap.String("task", req.TaskName), zap.Error(err))
 	}
 }
 
 // recordGaveUp records a wait that ended with its context, once, as a Blocked execution.
-func (c *Client) recordGaveUp(ctx context.Context, app, task string, req execution.AcquireRequest, lastErr error) error {
+func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startReq, lastErr error) error {
 	cause := context.Cause(ctx)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	id, err := c.store.RecordBlocked(rctx, req, "gave up waiting for a slot: "+cause.Error())
+	id, err := c.store.RecordBlocked(rctx, req.AcquireRequest, "gave up waiting for a slot: "+cause.Error())
 	if err != nil {
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
@@ -338,13 +347,13 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 
 // settled follows a committed acquisition or take: its hooks, the task's keep settings, and the
 // cleanup loop (started by a client's first start).
-func (c *Client) settled(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
+func (c *Client) settled(app, task string, req startReq, res execution.AcquireResult, retired bool) {
 	c.report(app, task, req, res, retired)
 	c.startCleaner()
 }
 
 // report calls the hooks for a committed acquisition.
-func (c *Client) report(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
+func (c *Client) report(app, task string, req startReq, res execution.AcquireResult, retired bool) {
 	if len(res.Reclaimed) > 0 { // set only when the reclaims were committed
 		c.hooks.reclaimed(app, task, len(res.Reclaimed))
 	}
@@ -406,7 +415,7 @@ const disputeEvery = 5 * time.Second
 
 // noteDispute records, in the background and at most every disputeEvery per task, that this
 // host's declaration replaced another host's different limit: operators see the disagreement.
-func (c *Client) noteDispute(req execution.AcquireRequest, other execution.Declaration) {
+func (c *Client) noteDispute(req startReq, other execution.Declaration) {
 	now := time.Now()
 	if last, ok := c.disputes.Load(req.TaskID); ok && now.Sub(last.(time.Time)) < disputeEvery {
 		return

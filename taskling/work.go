@@ -187,11 +187,11 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	if err != nil || sub == nil {
 		return false, err
 	}
-	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID, storedHeader: sub.Header}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority}
 	if sub.Reference != nil {
 		opts.ReferenceValue = *sub.Reference
 	}
-	exec, err := c.StartExecution(stopCtx, w.app, w.task, opts)
+	exec, err := c.start(stopCtx, w.app, w.task, opts, startExtra{submission: sub.ID, storedHeader: sub.Header})
 	if err != nil && stopCtx.Err() == nil && refusesItsRow(err) {
 		// Given back, it would be first in line again and fail the same way, forever: it costs
 		// an attempt instead, as a failed run does, and the ones behind it go on.
@@ -339,8 +339,8 @@ func (w *worker) recover(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	req := execution.AcquireRequest{TaskID: w.taskID, TaskName: w.app + "/" + w.task, Host: c.host, SessionID: session, Declared: declared}
-	_, err = c.subs.RecoverSubmissions(ctx, w.taskID, req)
+	_, err = c.subs.RecoverSubmissions(ctx, w.taskID, execution.ReapRequest{Requester: execution.Requester{TaskID: w.taskID,
+		TaskName: w.app + "/" + w.task, Host: c.host, SessionID: session, Declared: declared}})
 	return err
 }
 

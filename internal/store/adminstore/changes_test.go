@@ -29,10 +29,9 @@ func TestARetiredScheduleRefusesAClaimPlannedBeforeIt(t *testing.T) {
 	require.False(t, changed, "retired already")
 
 	claim := func() error {
-		req := b.request(1)
 		instant := row.Cursor.Truncate(time.Second).Add(time.Second)
-		req.ScheduledFor, req.Schedule = &instant, &execution.ScheduleClaim{Expected: row.Cursor}
-		_, err := b.store.Acquire(b.ctx, req)
+		_, err := b.store.ClaimInstant(b.ctx, execution.ClaimInstantRequest{AcquireRequest: b.request(1), Instant: instant,
+			Claim: execution.ScheduleClaim{Expected: row.Cursor}})
 		return err
 	}
 	err = claim()

@@ -47,9 +47,10 @@ func setup(t *testing.T) *testBundle {
 
 func (b *testBundle) request(limit int) execution.AcquireRequest {
 	return execution.AcquireRequest{
-		TaskID: b.taskID, TaskName: "app/task", Host: "h", SessionID: b.session, RecordDenial: true,
-		Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
-			KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second},
+		Requester: execution.Requester{TaskID: b.taskID, TaskName: "app/task", Host: "h", SessionID: b.session,
+			Declared: execution.Settings{ConcurrencyLimit: limit, Enabled: true, DeathMode: 1,
+				KeepAliveInterval: time.Second, KeepAliveDeathThreshold: 10 * time.Second}},
+		RecordDenial: true,
 	}
 }
 

@@ -181,8 +181,8 @@ SELECT count(*) FROM taskling.settle_attempts(
 
 // RecoverSubmissions settles the task's in-progress submissions that no live execution runs any
 // more: those whose execution ended are settled at once; those whose holder is dead are reaped
-// (Reap), and their end settles them. It returns how many it found.
-func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, req execution.AcquireRequest) (int, error) {
+// (reap), and their end settles them. It returns how many it found.
+func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, reap execution.ReapRequest) (int, error) {
 	var ended, dead int
 	if err := s.db.QueryRow(ctx, stuckSubmissionsSQL, taskID).Scan(&ended, &dead); err != nil {
 		return 0, fmt.Errorf("execution: find stuck submissions of task %d: %w", taskID, err)
@@ -193,8 +193,7 @@ func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, req execut
 		}
 	}
 	if dead > 0 {
-		req.Reap, req.Wait, req.RecordDenial, req.Ticket = true, false, false, 0
-		if _, err := s.proto.Acquire(ctx, req); err != nil {
+		if _, err := s.proto.Reap(ctx, reap); err != nil {
 			return ended, err
 		}
 	}
