@@ -262,7 +262,7 @@ func (s *Store) RecordBlocked(ctx context.Context, req AcquireRequest, reason st
 		d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold,
 		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("execution: record blocked attempt of %s: %w", req.TaskName, err)
+		return 0, fmt.Errorf("record blocked attempt of %s: %w", req.TaskName, err)
 	}
 	return id, nil
 }

@@ -145,7 +145,7 @@ func (s *Store) leadFor(o *op) {
 	select {
 	case <-o.done:
 	default: // never expected; fail loudly rather than report an empty result as a grant
-		o.failure = errors.New("execution: internal error: request was not served by its own batch")
+		o.failure = errors.New("internal error: request was not served by its own batch")
 	}
 }
 

@@ -30,7 +30,7 @@ func (s *Store) detectEpochs(ctx context.Context) error {
 	var has, handoffs bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL, to_regclass('taskling.handoff') IS NOT NULL`).
 		Scan(&has, &handoffs); err != nil {
-		return fmt.Errorf("execution: look for taskling.epoch: %w", err)
+		return fmt.Errorf("look for taskling.epoch: %w", err)
 	}
 	s.epochs.has.Store(has)
 	s.epochs.handoffs.Store(handoffs)

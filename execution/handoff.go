@@ -242,7 +242,7 @@ func (s *Store) TakeHandoff(ctx context.Context, req TakeHandoffRequest) (Acquir
 	case IsRetryable(err): // a deadlock or serialization failure: it did nothing, try again
 		return AcquireResult{}, fmt.Errorf("%w: %w", ErrNotHandedOff, err)
 	case err != nil:
-		return AcquireResult{}, fmt.Errorf("execution: take the slot granted to ticket %d of %s: %w", req.Ticket, req.TaskName, err)
+		return AcquireResult{}, fmt.Errorf("take the slot granted to ticket %d of %s: %w", req.Ticket, req.TaskName, err)
 	}
 	return res, nil
 }

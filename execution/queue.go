@@ -206,7 +206,7 @@ ORDER BY w.n`
 func (s *Store) Waiters(ctx context.Context, taskID int64) ([]Waiter, error) {
 	rows, err := s.pool.Query(ctx, waitersSQL, taskID)
 	if err != nil {
-		return nil, fmt.Errorf("execution: waiters of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("waiters of task %d: %w", taskID, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiter, error) {
 		var w Waiter
@@ -214,7 +214,7 @@ func (s *Store) Waiters(ctx context.Context, taskID int64) ([]Waiter, error) {
 		return w, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("execution: waiters of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("waiters of task %d: %w", taskID, err)
 	}
 	for i := range out {
 		out[i].Position = i + 1

@@ -51,7 +51,7 @@ func (s *Store) Release(ctx context.Context, req ReleaseRequest) (ReleaseResult,
 	o := &op{request: request{release: &req}, ctx: ctx}
 	s.submit(o)
 	if err := o.err(); err != nil {
-		return ReleaseResult{}, fmt.Errorf("execution: release execution %d of %s: %w", req.ExecutionID, req.TaskName, err)
+		return ReleaseResult{}, fmt.Errorf("release execution %d of %s: %w", req.ExecutionID, req.TaskName, err)
 	}
 	if !req.Retry && !o.outcome.release.LeaseLost {
 		s.noteReleased(req)

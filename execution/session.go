@@ -22,7 +22,7 @@ func (s *Store) RegisterSession(ctx context.Context, host string) (int64, error)
 	err := s.pool.QueryRow(ctx, `INSERT INTO taskling.session (host_name, pid, library_version) VALUES ($1, $2, $3) RETURNING id`,
 		host, os.Getpid(), s.opts.LibraryVersion).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("execution: register session: %w", err)
+		return 0, fmt.Errorf("register session: %w", err)
 	}
 	return id, nil
 }
@@ -31,7 +31,7 @@ func (s *Store) RegisterSession(ctx context.Context, host string) (int64, error)
 // session's heartbeat until they complete).
 func (s *Store) CloseSession(ctx context.Context, id int64) error {
 	if _, err := s.pool.Exec(ctx, `UPDATE taskling.session SET closed_at = clock_timestamp() WHERE id = $1`, id); err != nil {
-		return fmt.Errorf("execution: close session %d: %w", id, err)
+		return fmt.Errorf("close session %d: %w", id, err)
 	}
 	return nil
 }
@@ -125,14 +125,14 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 	if s.hb.conn == nil {
 		conn, err := connectLike(ctx, s.pool.Pool)
 		if err != nil {
-			return nil, false, fmt.Errorf("execution: heartbeat of session %d: connect: %w", session, s.seen(err))
+			return nil, false, fmt.Errorf("heartbeat of session %d: connect: %w", session, s.seen(err))
 		}
 		s.hb.conn = conn
 	}
 	if err := s.hb.conn.SendBatch(ctx, b).Close(); err != nil {
 		// An aborted or cut-off batch may leave the transaction open: never reuse the connection.
 		s.hb.closeLocked(ctx)
-		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, s.seen(err))
+		return nil, false, fmt.Errorf("heartbeat of session %d: %w", session, s.seen(err))
 	}
 	s.sawTimeline(timeline)
 	return lost, renewed, nil

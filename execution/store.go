@@ -174,7 +174,7 @@ func (s *Store) EnsureTask(ctx context.Context, app, task string) (int64, error)
 		err = s.pool.QueryRow(ctx, `SELECT id FROM taskling.task_definition WHERE application_name = $1 AND task_name = $2`, app, task).Scan(&id)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("execution: ensure task %s/%s: %w", app, task, err)
+		return 0, fmt.Errorf("ensure task %s/%s: %w", app, task, err)
 	}
 	return id, nil
 }
@@ -186,7 +186,7 @@ func (s *Store) FindTask(ctx context.Context, app, task string) (id int64, ok bo
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("execution: find task %s/%s: %w", app, task, err)
+		return 0, false, fmt.Errorf("find task %s/%s: %w", app, task, err)
 	}
 	return id, true, nil
 }

@@ -264,7 +264,7 @@ func (e *errNewEpoch) Error() string {
 // registerEpoch records a timeline seen for the first time (registerEpochSQL).
 func (s *Store) registerEpoch(ctx context.Context, timeline int32) error {
 	if _, err := s.pool.Exec(ctx, registerEpochSQL, timeline); err != nil {
-		return fmt.Errorf("execution: record timeline %d: %w", timeline, err)
+		return fmt.Errorf("record timeline %d: %w", timeline, err)
 	}
 	return nil
 }

@@ -15,7 +15,8 @@ import (
 // that has no execution yet (nor had one that cleanup deleted): instants skipped or expired after an outage, for instance. It
 // needs the task registered on this client (Schedule) and never moves the cursor. Each run
 // waits for the task's slot. It returns the instants it ran; a run's error stops it.
-func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.Time) ([]time.Time, error) {
+func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.Time) (_ []time.Time, err error) {
+	defer wrapErr(&err, "backfill %s/%s", app, task)
 	if err := validateOwnTask(app, task); err != nil {
 		return nil, err
 	}

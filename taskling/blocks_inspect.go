@@ -88,7 +88,8 @@ func blockInfoOf(r blockstore.BlockInfo) BlockInfo {
 }
 
 // Block returns one block, or an error wrapping ErrNotFound.
-func (c *Client) Block(ctx context.Context, id int64) (BlockInfo, error) {
+func (c *Client) Block(ctx context.Context, id int64) (_ BlockInfo, err error) {
+	defer wrapErr(&err, "block %d", id)
 	row, ok, err := c.blocks.BlockByID(ctx, id)
 	if err != nil {
 		return BlockInfo{}, err
@@ -100,7 +101,8 @@ func (c *Client) Block(ctx context.Context, id int64) (BlockInfo, error) {
 }
 
 // ExecutionBlocks lists the blocks an execution attempted (their state now), by id.
-func (c *Client) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
+func (c *Client) ExecutionBlocks(ctx context.Context, executionID int64) (_ []BlockInfo, err error) {
+	defer wrapErr(&err, "blocks of execution %d", executionID)
 	rows, err := c.blocks.ExecutionBlocks(ctx, executionID)
 	if err != nil {
 		return nil, err
@@ -117,7 +119,8 @@ type TaskBlocksFilter struct {
 }
 
 // TaskBlocks lists the blocks of app/task, newest first; an unknown task has none.
-func (c *Client) TaskBlocks(ctx context.Context, app, task string, filter *TaskBlocksFilter) ([]BlockInfo, error) {
+func (c *Client) TaskBlocks(ctx context.Context, app, task string, filter *TaskBlocksFilter) (_ []BlockInfo, err error) {
+	defer wrapErr(&err, "blocks of %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return nil, err
 	}
@@ -151,7 +154,8 @@ func blockInfos(rows []blockstore.BlockInfo) []BlockInfo {
 }
 
 // BlockAttempts lists a block's attempts, first first, or an error wrapping ErrNotFound.
-func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInfo, error) {
+func (c *Client) BlockAttempts(ctx context.Context, id int64) (_ []BlockAttemptInfo, err error) {
+	defer wrapErr(&err, "attempts of block %d", id)
 	rows, err := c.blocks.BlockAttempts(ctx, id)
 	if err != nil {
 		return nil, err
@@ -199,7 +203,8 @@ type BlockCount struct {
 }
 
 // BlockCounts counts every task's blocks by status, on the database clock (for metrics).
-func (c *Client) BlockCounts(ctx context.Context) ([]BlockCount, error) {
+func (c *Client) BlockCounts(ctx context.Context) (_ []BlockCount, err error) {
+	defer wrapErr(&err, "count blocks")
 	rows, err := c.blocks.BlockCounts(ctx)
 	if err != nil {
 		return nil, err

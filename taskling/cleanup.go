@@ -138,7 +138,8 @@ type TaskCleanup struct {
 // each task, the execution of a block not completed, attempts of waiting or running submissions,
 // the latest blocks of each kind, succeeded idempotent references, and submissions with a
 // reference value (only their header is dropped).
-func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOptions) ([]TaskCleanup, error) {
+func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOptions) (_ []TaskCleanup, err error) {
+	defer wrapErr(&err, "clean up %s/%s", app, task)
 	if opts == nil {
 		opts = &CleanupOptions{}
 	}

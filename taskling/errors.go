@@ -2,6 +2,8 @@ package taskling
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/store/adminstore"
@@ -58,3 +60,13 @@ var (
 // says where each value comes from. It matches ErrInvalidSettings (not every error that does is a
 // SettingsError).
 type SettingsError = execution.SettingsError
+
+// wrapErr gives a returned error the one prefix a user sees, "taskling: what: ", unless it has
+// it already (this package's errors and sentinels do): an error from below says what failed
+// without a package name of its own.
+func wrapErr(err *error, format string, args ...any) {
+	if *err == nil || strings.HasPrefix((*err).Error(), "taskling: ") {
+		return
+	}
+	*err = fmt.Errorf("taskling: "+format+": %w", append(args, *err)...)
+}

@@ -97,7 +97,8 @@ func infoFromRow(r historystore.ExecutionRow) ExecutionInfo {
 // LastExecutions returns the task's last n executions (granted or denied), newest first, after
 // the starts queued for a slot right now (StatusWaiting, in queue order; they count towards n).
 // A task never started has none.
-func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) ([]ExecutionInfo, error) {
+func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) (_ []ExecutionInfo, err error) {
+	defer wrapErr(&err, "last executions of %s/%s", app, task)
 	id, ok, err := c.historyOf(ctx, app, task, n)
 	if err != nil || !ok {
 		return nil, err

@@ -271,7 +271,8 @@ func truncateText(s string, n int) string {
 
 // Tasks returns the tasks filter selects, a page of them when filter.Limit is set, with how many
 // match and every application's name. Filtering, sorting and paging run in the database.
-func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error) {
+func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err error) {
+	defer wrapErr(&err, "list tasks")
 	var f TaskFilter
 	if filter != nil {
 		f = *filter
@@ -334,7 +335,8 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (TaskPage, error
 }
 
 // Task returns one task with its slots, or an error wrapping ErrNotFound.
-func (c *Client) Task(ctx context.Context, app, task string) (TaskDetail, error) {
+func (c *Client) Task(ctx context.Context, app, task string) (_ TaskDetail, err error) {
+	defer wrapErr(&err, "task %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return TaskDetail{}, err
 	}
@@ -399,7 +401,8 @@ type ExecutionPage struct {
 
 // Executions returns a page of app/task's executions, newest first, or an error wrapping
 // ErrNotFound when the task does not exist.
-func (c *Client) Executions(ctx context.Context, app, task string, filter *ExecutionFilter) (ExecutionPage, error) {
+func (c *Client) Executions(ctx context.Context, app, task string, filter *ExecutionFilter) (_ ExecutionPage, err error) {
+	defer wrapErr(&err, "executions of %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return ExecutionPage{}, err
 	}
@@ -469,7 +472,8 @@ type ExecutionDetail struct {
 }
 
 // Execution returns one execution with its events, or an error wrapping ErrNotFound.
-func (c *Client) Execution(ctx context.Context, id int64) (ExecutionDetail, error) {
+func (c *Client) Execution(ctx context.Context, id int64) (_ ExecutionDetail, err error) {
+	defer wrapErr(&err, "execution %d", id)
 	if id < 1 {
 		return ExecutionDetail{}, fmt.Errorf("%w: execution id %d; want a positive integer", ErrInvalidArgument, id)
 	}

@@ -76,7 +76,8 @@ func (o *Operations) operator() (execution.Operator, error) {
 // Overrides that no start would accept — a threshold under twice the declared interval, Override
 // mode with no threshold — are refused with a *SettingsError (ErrInvalidSettings) naming the
 // field and where each value comes from.
-func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
+func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) (err error) {
+	defer wrapErr(&err, "update settings of %s/%s", app, task)
 	c := o.c
 	if err := validateOwnTask(app, task); err != nil {
 		return err
@@ -120,7 +121,8 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 // audit trail: it returns to the settings its requesters declare. A retired task stays retired
 // (and disabled) and returns to its declared settings when unretired. Clearing the overrides of
 // a task that never ran does nothing.
-func (o *Operations) ClearOverrides(ctx context.Context, app, task string) error {
+func (o *Operations) ClearOverrides(ctx context.Context, app, task string) (err error) {
+	defer wrapErr(&err, "clear overrides of %s/%s", app, task)
 	id, op, err := o.task(ctx, app, task, false)
 	if err != nil || id == 0 {
 		return err
@@ -145,7 +147,8 @@ func (o *Operations) ClearOverrides(ctx context.Context, app, task string) error
 // The change is recorded in the task's audit trail, and the operator's Name as who retired it
 // (Retirement.By). Retiring a retired task changes nothing. The error wraps ErrNotFound when the
 // task does not exist.
-func (o *Operations) RetireTask(ctx context.Context, app, task string) error {
+func (o *Operations) RetireTask(ctx context.Context, app, task string) (err error) {
+	defer wrapErr(&err, "retire %s/%s", app, task)
 	id, op, err := o.task(ctx, app, task, true)
 	if err != nil {
 		return err
@@ -161,7 +164,8 @@ func (o *Operations) RetireTask(ctx context.Context, app, task string) error {
 // A host that registers it again with Schedule does not bring it back: Schedule returns nil and
 // its RunScheduler keeps it dormant until an operator unretires it. Recorded like RetireTask;
 // the error wraps ErrNotFound when the task has no schedule.
-func (o *Operations) RetireSchedule(ctx context.Context, app, task string) error {
+func (o *Operations) RetireSchedule(ctx context.Context, app, task string) (err error) {
+	defer wrapErr(&err, "retire the schedule of %s/%s", app, task)
 	id, op, err := o.task(ctx, app, task, true)
 	if err != nil {
 		return err
@@ -181,13 +185,15 @@ func (o *Operations) RetireSchedule(ctx context.Context, app, task string) error
 // due while it was retired are recorded as ScheduleEventRetired and not run (its cursor moves to
 // now; Backfill can still run them). Recorded like RetireTask; unretiring a task that is not
 // retired changes nothing.
-func (o *Operations) UnretireTask(ctx context.Context, app, task string) error {
+func (o *Operations) UnretireTask(ctx context.Context, app, task string) (err error) {
+	defer wrapErr(&err, "unretire %s/%s", app, task)
 	return o.unretire(ctx, app, task, false)
 }
 
 // UnretireSchedule ends the retirement of app/task's schedule: its instants are claimed again
 // from now on (those that came due meanwhile are recorded as ScheduleEventRetired, not run).
-func (o *Operations) UnretireSchedule(ctx context.Context, app, task string) error {
+func (o *Operations) UnretireSchedule(ctx context.Context, app, task string) (err error) {
+	defer wrapErr(&err, "unretire the schedule of %s/%s", app, task)
 	return o.unretire(ctx, app, task, true)
 }
 
@@ -197,7 +203,8 @@ func (o *Operations) UnretireSchedule(ctx context.Context, app, task string) err
 // when its attempt ends, or completed if the attempt completes anyway. The cancel is recorded in
 // the task's audit trail ("submission #ID"). The error wraps ErrNotFound for an unknown id and
 // ErrSubmissionFinished for one already completed, dead or cancelled.
-func (o *Operations) CancelSubmission(ctx context.Context, id int64, reason string) (Submission, error) {
+func (o *Operations) CancelSubmission(ctx context.Context, id int64, reason string) (_ Submission, err error) {
+	defer wrapErr(&err, "cancel submission %d", id)
 	c := o.c
 	if err := validateText("reason", reason, MaxCancelReasonLength); err != nil {
 		return Submission{}, err
@@ -226,7 +233,8 @@ func (o *Operations) CancelSubmission(ctx context.Context, id int64, reason stri
 // as who forced it. Forcing a block already queued is a no-op. Until it is taken, the cleanup
 // keeps the block, whatever its age. An unknown id (or one the cleanup is deleting at that
 // moment) is an error wrapping ErrNotFound.
-func (o *Operations) ForceBlock(ctx context.Context, id int64) error {
+func (o *Operations) ForceBlock(ctx context.Context, id int64) (err error) {
+	defer wrapErr(&err, "force block %d", id)
 	op, err := o.operator()
 	if err != nil {
 		return err

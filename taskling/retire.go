@@ -176,7 +176,8 @@ const (
 // overrides, its retirement and its schedule's, its forced blocks and cancelled submissions,
 // each written in the change's own transaction. The error wraps ErrNotFound when the task does
 // not exist.
-func (c *Client) TaskChanges(ctx context.Context, app, task string, filter *ChangeFilter) (ChangePage, error) {
+func (c *Client) TaskChanges(ctx context.Context, app, task string, filter *ChangeFilter) (_ ChangePage, err error) {
+	defer wrapErr(&err, "changes of %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return ChangePage{}, err
 	}

@@ -134,7 +134,8 @@ type registration struct {
 // Specs: 5 fields (minute hour day-of-month month day-of-week), 6 with leading seconds,
 // descriptors (@daily, @hourly, …) and @every <duration> (whole seconds, anchored to the Unix
 // epoch). Errors wrap ErrInvalidArgument and name the spec, field or zone at fault.
-func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn ScheduleFunc, opts *ScheduleOptions) error {
+func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn ScheduleFunc, opts *ScheduleOptions) (err error) {
+	defer wrapErr(&err, "schedule %s/%s", app, task)
 	if c.isClosed() {
 		return ErrClientClosed
 	}

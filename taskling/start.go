@@ -64,7 +64,8 @@ type startExtra struct {
 // Errors: ErrLimitReached (recorded as a Blocked execution), ErrTaskDisabled and ErrTaskRetired
 // (nothing recorded), ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
 // error. A serialization failure is retried with jittered backoff until ctx ends.
-func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (*Execution, error) {
+func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (_ *Execution, err error) {
+	defer wrapErr(&err, "start %s/%s", app, task)
 	return c.start(ctx, app, task, opts, startExtra{})
 }
 

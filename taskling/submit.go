@@ -87,7 +87,7 @@ func (c *Client) Submit(ctx context.Context, app, task string, opts *SubmitOptio
 	}
 	id, _, err := submitstore.InsertSubmission(ctx, c.pool, sub)
 	if err != nil {
-		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
+		return 0, fmt.Errorf("taskling: submit %s/%s: %w", app, task, err)
 	}
 	return id, nil
 }
@@ -107,7 +107,7 @@ func (c *Client) SubmitTx(ctx context.Context, tx pgx.Tx, app, task string, opts
 	}
 	id, _, err := submitstore.InsertSubmission(ctx, tx, sub)
 	if err != nil {
-		return 0, fmt.Errorf("taskling: submit to %s/%s: %w", app, task, err)
+		return 0, fmt.Errorf("taskling: submit %s/%s: %w", app, task, err)
 	}
 	return id, nil
 }
@@ -209,7 +209,8 @@ func submissionOf(r submitstore.SubmissionRow) Submission {
 }
 
 // Submission returns submission id, or an error wrapping ErrNotFound.
-func (c *Client) Submission(ctx context.Context, id int64) (Submission, error) {
+func (c *Client) Submission(ctx context.Context, id int64) (_ Submission, err error) {
+	defer wrapErr(&err, "submission %d", id)
 	row, ok, err := c.subs.Submission(ctx, id)
 	if err != nil {
 		return Submission{}, err
@@ -232,7 +233,8 @@ type SubmissionFilter struct {
 }
 
 // Submissions lists the submissions of app/task; an unknown task has none.
-func (c *Client) Submissions(ctx context.Context, app, task string, filter *SubmissionFilter) ([]Submission, error) {
+func (c *Client) Submissions(ctx context.Context, app, task string, filter *SubmissionFilter) (_ []Submission, err error) {
+	defer wrapErr(&err, "submissions of %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return nil, err
 	}
@@ -272,7 +274,8 @@ func (c *Client) Submissions(ctx context.Context, app, task string, filter *Subm
 }
 
 // SubmissionAttempts lists the executions that ran submission id, first attempt first.
-func (c *Client) SubmissionAttempts(ctx context.Context, id int64) ([]int64, error) {
+func (c *Client) SubmissionAttempts(ctx context.Context, id int64) (_ []int64, err error) {
+	defer wrapErr(&err, "attempts of submission %d", id)
 	rows, err := c.subs.SubmissionAttempts(ctx, id)
 	if err != nil {
 		return nil, err

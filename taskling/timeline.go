@@ -49,7 +49,8 @@ type TaskTimeline struct {
 // and reclaims per minute. Executions that started before the window and ended in it are found
 // among the 2 000 granted just before it. It returns an error wrapping ErrNotFound when the
 // task does not exist.
-func (c *Client) TaskTimeline(ctx context.Context, app, task string, window time.Duration, maxBars int) (TaskTimeline, error) {
+func (c *Client) TaskTimeline(ctx context.Context, app, task string, window time.Duration, maxBars int) (_ TaskTimeline, err error) {
+	defer wrapErr(&err, "timeline of %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return TaskTimeline{}, err
 	}

@@ -27,7 +27,7 @@ func (s *Store) StartAPISession(ctx context.Context, idSHA256 []byte, principal,
 	b.Queue(`INSERT INTO taskling.api_session (id_sha256, principal, credential, expires_at)
 VALUES ($1, $2, $3, now() + $4::interval)`, idSHA256, principal, credential, ttl)
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("execution: start a session of %s: %w", principal, err)
+		return fmt.Errorf("start a session of %s: %w", principal, err)
 	}
 	return nil
 }
@@ -41,7 +41,7 @@ WHERE id_sha256 = $1 AND expires_at > now()`, idSHA256).Scan(&a.Principal, &a.Cr
 		return a, false, nil
 	}
 	if err != nil {
-		return a, false, fmt.Errorf("execution: read a session: %w", err)
+		return a, false, fmt.Errorf("read a session: %w", err)
 	}
 	return a, true, nil
 }
@@ -49,7 +49,7 @@ WHERE id_sha256 = $1 AND expires_at > now()`, idSHA256).Scan(&a.Principal, &a.Cr
 // EndAPISession deletes the session whose id hashes to idSHA256.
 func (s *Store) EndAPISession(ctx context.Context, idSHA256 []byte) error {
 	if _, err := s.db.Exec(ctx, `DELETE FROM taskling.api_session WHERE id_sha256 = $1`, idSHA256); err != nil {
-		return fmt.Errorf("execution: end a session: %w", err)
+		return fmt.Errorf("end a session: %w", err)
 	}
 	return nil
 }
@@ -58,7 +58,7 @@ func (s *Store) EndAPISession(ctx context.Context, idSHA256 []byte) error {
 func (s *Store) EndAPISessionsOf(ctx context.Context, principals []string) (int64, error) {
 	tag, err := s.db.Exec(ctx, `DELETE FROM taskling.api_session WHERE principal = ANY($1)`, principals)
 	if err != nil {
-		return 0, fmt.Errorf("execution: end the sessions of %v: %w", principals, err)
+		return 0, fmt.Errorf("end the sessions of %v: %w", principals, err)
 	}
 	return tag.RowsAffected(), nil
 }

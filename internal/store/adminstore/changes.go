@@ -282,7 +282,7 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return 0, fmt.Errorf("execution: change the overrides of task %d: %w", taskID, err)
+		return 0, fmt.Errorf("change the overrides of task %d: %w", taskID, err)
 	}
 	return len(changes.fields), nil
 }
@@ -320,11 +320,11 @@ SELECT EXISTS (SELECT 1 FROM taskling.schedule WHERE task_id = $1), EXISTS (SELE
 func (s *Store) RetireTask(ctx context.Context, taskID int64, op execution.Operator) (changed bool, err error) {
 	rows, err := s.db.Query(ctx, retireTaskSQL, taskID, op.By, op.Principal)
 	if err != nil {
-		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
+		return false, fmt.Errorf("retire task %d: %w", taskID, err)
 	}
 	n, err := pgx.CollectRows(rows, pgx.RowTo[bool])
 	if err != nil {
-		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
+		return false, fmt.Errorf("retire task %d: %w", taskID, err)
 	}
 	return len(n) > 0, nil
 }
@@ -333,7 +333,7 @@ func (s *Store) RetireTask(ctx context.Context, taskID int64, op execution.Opera
 // while it is retired. found is false when the task has no schedule.
 func (s *Store) RetireSchedule(ctx context.Context, taskID int64, op execution.Operator) (changed, found bool, err error) {
 	if err := s.db.QueryRow(ctx, retireScheduleSQL, taskID, op.By, op.Principal).Scan(&found, &changed); err != nil {
-		return false, false, fmt.Errorf("execution: retire the schedule of task %d: %w", taskID, err)
+		return false, false, fmt.Errorf("retire the schedule of task %d: %w", taskID, err)
 	}
 	return changed, found, nil
 }
@@ -412,7 +412,7 @@ func (s *Store) Unretire(ctx context.Context, req UnretireRequest) (changed bool
 		if execution.IsScheduleConflict(err) {
 			return false, err
 		}
-		return false, fmt.Errorf("execution: unretire task %d: %w", req.TaskID, err)
+		return false, fmt.Errorf("unretire task %d: %w", req.TaskID, err)
 	}
 	return changed, nil
 }
@@ -429,7 +429,7 @@ func (s *Store) Retired(ctx context.Context, taskID int64) (*Retirement, error) 
 	var by *string
 	err := s.db.QueryRow(ctx, `SELECT retired_at, retired_by FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&at, &by)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("execution: retirement of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("retirement of task %d: %w", taskID, err)
 	}
 	return retirementOf(at, by), nil
 }
@@ -454,7 +454,7 @@ SELECT id, at, changed_by, principal, field, old_value, new_value FROM taskling.
 WHERE task_id = $1 AND ($2 = 0 OR id < $2)
 ORDER BY id DESC LIMIT $3`, taskID, before, limit)
 	if err != nil {
-		return nil, fmt.Errorf("execution: changes of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("changes of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

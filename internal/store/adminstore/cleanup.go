@@ -89,7 +89,7 @@ func (s *Store) RetentionOf(ctx context.Context, taskID int64) (RetentionState, 
 		return RetentionState{}, nil
 	}
 	if err != nil {
-		return st, fmt.Errorf("execution: retention of task %d: %w", taskID, err)
+		return st, fmt.Errorf("retention of task %d: %w", taskID, err)
 	}
 	return st, nil
 }
@@ -111,7 +111,7 @@ func (s *Store) DueForCleanup(ctx context.Context, every time.Duration, n int) (
 func (s *Store) cleanupTasks(ctx context.Context, sql string, args ...any) ([]CleanupTask, error) {
 	rows, err := s.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("execution: tasks due for cleanup: %w", err)
+		return nil, fmt.Errorf("tasks due for cleanup: %w", err)
 	}
 	defer rows.Close()
 	var out []CleanupTask
@@ -119,12 +119,12 @@ func (s *Store) cleanupTasks(ctx context.Context, sql string, args ...any) ([]Cl
 		var t CleanupTask
 		var err error
 		if t.Retention, err = scanRetention(rows, &t.TaskID, &t.Application, &t.Task); err != nil {
-			return nil, fmt.Errorf("execution: tasks due for cleanup: %w", err)
+			return nil, fmt.Errorf("tasks due for cleanup: %w", err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("execution: tasks due for cleanup: %w", err)
+		return nil, fmt.Errorf("tasks due for cleanup: %w", err)
 	}
 	return out, nil
 }
@@ -151,7 +151,7 @@ RETURNING true`, taskID, claimant, every, hold).Scan(&ok)
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("execution: claim the cleanup of task %d: %w", taskID, err)
+		return false, fmt.Errorf("claim the cleanup of task %d: %w", taskID, err)
 	}
 	return ok, nil
 }
@@ -164,7 +164,7 @@ func (s *Store) ReleaseCleanup(ctx context.Context, taskID int64, claimant strin
 	_, err := s.db.Exec(ctx, `UPDATE taskling.retention SET claimed_until = NULL, rows_deleted = rows_deleted + $3
 WHERE task_id = $1 AND claimed_by = $2`, taskID, claimant, deleted)
 	if err != nil {
-		return fmt.Errorf("execution: release the cleanup claim of task %d: %w", taskID, err)
+		return fmt.Errorf("release the cleanup claim of task %d: %w", taskID, err)
 	}
 	return nil
 }
@@ -285,7 +285,7 @@ func (c *Cleaner) Batch(ctx context.Context) (counts CleanupCounts, done bool, e
 	}
 	if c.protected == nil {
 		if err := c.Store.db.QueryRow(ctx, protectedBlocksSQL, c.TaskID).Scan(&c.protected); err != nil {
-			return counts, false, fmt.Errorf("execution: protected blocks of task %d: %w", c.TaskID, err)
+			return counts, false, fmt.Errorf("protected blocks of task %d: %w", c.TaskID, err)
 		}
 		c.afterAt = time.Unix(0, 0).UTC()
 	}
@@ -328,7 +328,7 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 		return nil
 	})
 	if err != nil {
-		return CleanupCounts{}, false, fmt.Errorf("execution: clean task %d: %w", c.TaskID, err)
+		return CleanupCounts{}, false, fmt.Errorf("clean task %d: %w", c.TaskID, err)
 	}
 	c.subsDone = counts.Submissions+counts.Compacted < int64(size)
 	return counts, c.subsDone && counts.Executions() < int64(size), nil
@@ -348,7 +348,7 @@ func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Re
 		taskID, keep.Completed, keep.Failed, keep.Blocked, time.Unix(0, 0).UTC(), 0, math.MaxInt32).
 		Scan(&c.Completed, &c.Failed, &c.Blocked, &c.Instants)
 	if err != nil {
-		return c, fmt.Errorf("execution: plan the cleanup of task %d: %w", taskID, err)
+		return c, fmt.Errorf("plan the cleanup of task %d: %w", taskID, err)
 	}
 	err = s.db.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE reference_value IS NULL), count(*) FILTER (WHERE reference_value IS NOT NULL)
@@ -357,7 +357,7 @@ WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT
   AND finished_at < clock_timestamp() - CASE WHEN status = 3 THEN $2::interval ELSE $3::interval END`,
 		taskID, keep.Completed, keep.Failed).Scan(&c.Submissions, &c.Compacted)
 	if err != nil {
-		return c, fmt.Errorf("execution: plan the cleanup of task %d: %w", taskID, err)
+		return c, fmt.Errorf("plan the cleanup of task %d: %w", taskID, err)
 	}
 	return c, nil
 }
@@ -368,11 +368,11 @@ func (s *Store) ForgottenInstants(ctx context.Context, taskID int64, from, to ti
 SELECT i FROM taskling.forgotten_instants f, unnest(f.instants) AS i
 WHERE f.task_id = $1 AND f.last_instant >= $2 AND f.first_instant <= $3 AND i BETWEEN $2 AND $3`, taskID, from, to)
 	if err != nil {
-		return nil, fmt.Errorf("execution: forgotten instants of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("forgotten instants of task %d: %w", taskID, err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
 	if err != nil {
-		return nil, fmt.Errorf("execution: forgotten instants of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("forgotten instants of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

@@ -68,7 +68,7 @@ func (s *Store) Declare(ctx context.Context, taskID int64, d execution.Settings,
 		b.Queue(declareRetentionSQL, taskID, r.Completed, r.Failed, r.Blocked, host)
 	}
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("execution: declare the settings of task %d: %w", taskID, err)
+		return fmt.Errorf("declare the settings of task %d: %w", taskID, err)
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ ON CONFLICT (task_id) DO UPDATE SET other_limit = excluded.other_limit, other_ho
     declared_limit = excluded.declared_limit, declared_by = excluded.declared_by, at = clock_timestamp()`,
 		taskID, other.Limit, other.Host, limit, host)
 	if err != nil {
-		return fmt.Errorf("execution: record the disagreement on task %d: %w", taskID, err)
+		return fmt.Errorf("record the disagreement on task %d: %w", taskID, err)
 	}
 	return nil
 }
@@ -99,11 +99,11 @@ type LastExecution struct {
 func (s *Store) TaskSummary(ctx context.Context, app, task string) (TaskSummary, bool, error) {
 	rows, err := s.db.Query(ctx, `SELECT * FROM taskling.task_summary WHERE application_name = $1 AND task_name = $2`, app, task)
 	if err != nil {
-		return TaskSummary{}, false, fmt.Errorf("execution: task %s/%s: %w", app, task, err)
+		return TaskSummary{}, false, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
 	out, err := pgx.CollectRows(rows, scanSummary)
 	if err != nil {
-		return TaskSummary{}, false, fmt.Errorf("execution: task %s/%s: %w", app, task, err)
+		return TaskSummary{}, false, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
 	if len(out) == 0 {
 		return TaskSummary{}, false, nil
@@ -301,7 +301,7 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("execution: slots of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("slots of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

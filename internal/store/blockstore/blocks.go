@@ -353,7 +353,7 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 		return addProgress(ctx, tx, req.ExecutionID, out)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("execution: take blocks of task %d: %w", req.TaskID, err)
+		return nil, fmt.Errorf("take blocks of task %d: %w", req.TaskID, err)
 	}
 	return out, nil
 }
@@ -505,10 +505,10 @@ SELECT count(*) FROM a`
 func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, status int16, itemsDone *int64, progress int64, message *string) error {
 	var n int
 	if err := s.db.QueryRow(ctx, setBlockStatusSQL, blockID, attempt, status, itemsDone, progress, message).Scan(&n); err != nil {
-		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, err)
+		return fmt.Errorf("block %d attempt %d: %w", blockID, attempt, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("execution: block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
+		return fmt.Errorf("block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
 	}
 	return nil
 }
@@ -525,7 +525,7 @@ WHERE a.execution_id = $1 AND a.status = taskling.block_status('started') AND a.
 // NoteBlockFailure records message on the block attempts execID started and has not ended.
 func (s *Store) NoteBlockFailure(ctx context.Context, execID int64, message string) error {
 	if _, err := s.db.Exec(ctx, noteFailureSQL, execID, message); err != nil {
-		return fmt.Errorf("execution: note the failure of execution %d on its blocks: %w", execID, err)
+		return fmt.Errorf("note the failure of execution %d on its blocks: %w", execID, err)
 	}
 	return nil
 }
@@ -546,7 +546,7 @@ func (s *Store) Items(ctx context.Context, blockID int64, statuses []int16) ([]I
 	err := pgxscan.Select(ctx, s.db, &out, `SELECT n, value, status, reason, step, updated_at FROM taskling.list_item
         WHERE block_id = $1 AND (cardinality($2::smallint[]) = 0 OR status = ANY($2)) ORDER BY n`, blockID, statuses)
 	if err != nil {
-		return nil, fmt.Errorf("execution: items of block %d: %w", blockID, err)
+		return nil, fmt.Errorf("items of block %d: %w", blockID, err)
 	}
 	return out, nil
 }
@@ -597,13 +597,13 @@ func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, upd
 	}
 	var locked, updated int
 	if err := s.db.QueryRow(ctx, updateItemsSQL, blockID, attempt, ns, sts, reasons, steps).Scan(&locked, &updated); err != nil {
-		return fmt.Errorf("execution: items of block %d: %w", blockID, err)
+		return fmt.Errorf("items of block %d: %w", blockID, err)
 	}
 	switch {
 	case locked == 0:
-		return fmt.Errorf("execution: items of block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
+		return fmt.Errorf("items of block %d attempt %d: %w", blockID, attempt, ErrBlockLost)
 	case updated != len(updates):
-		return fmt.Errorf("execution: block %d: %d of %d items updated (unknown item numbers)", blockID, updated, len(updates))
+		return fmt.Errorf("block %d: %d of %d items updated (unknown item numbers)", blockID, updated, len(updates))
 	}
 	return nil
 }
@@ -642,7 +642,7 @@ func (s *Store) CountItems(ctx context.Context, blockID int64) (ItemCounts, erro
 	var c ItemCounts
 	err := s.db.QueryRow(ctx, countItemsSQL, blockID).Scan(&c.Pending, &c.Completed, &c.Failed, &c.Discarded)
 	if err != nil {
-		return c, fmt.Errorf("execution: items of block %d: %w", blockID, err)
+		return c, fmt.Errorf("items of block %d: %w", blockID, err)
 	}
 	return c, nil
 }
@@ -697,10 +697,10 @@ func (s *Store) ForceBlock(ctx context.Context, id int64, op execution.Operator)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("execution: block %d: %w", id, ErrBlockNotFound)
+		return 0, fmt.Errorf("block %d: %w", id, ErrBlockNotFound)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("execution: force block %d: %w", id, err)
+		return 0, fmt.Errorf("force block %d: %w", id, err)
 	}
 	return task, nil
 }
@@ -758,7 +758,7 @@ func (s *Store) BlockCounts(ctx context.Context) ([]BlockCount, error) {
 	var out []BlockCount
 	err := pgxscan.Select(ctx, s.db, &out, blockCountsSQL)
 	if err != nil {
-		return nil, fmt.Errorf("execution: count blocks: %w", err)
+		return nil, fmt.Errorf("count blocks: %w", err)
 	}
 	return out, nil
 }
@@ -809,7 +809,7 @@ func (s *Store) ExecutionBlocks(ctx context.Context, executionID int64) ([]Block
 	var out []BlockInfo
 	err := pgxscan.Select(ctx, s.db, &out, executionBlocksSQL, executionID)
 	if err != nil {
-		return nil, fmt.Errorf("execution: blocks of execution %d: %w", executionID, err)
+		return nil, fmt.Errorf("blocks of execution %d: %w", executionID, err)
 	}
 	return out, nil
 }
@@ -829,7 +829,7 @@ func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter
 	var out []BlockInfo
 	err := pgxscan.Select(ctx, s.db, &out, taskBlocksSQL, taskID, f.AtLimit, f.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("execution: blocks of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("blocks of task %d: %w", taskID, err)
 	}
 	return out, nil
 }
@@ -838,7 +838,7 @@ func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter
 func (s *Store) BlockByID(ctx context.Context, id int64) (BlockInfo, bool, error) {
 	var out []BlockInfo
 	if err := pgxscan.Select(ctx, s.db, &out, blockByIDSQL, id); err != nil {
-		return BlockInfo{}, false, fmt.Errorf("execution: block %d: %w", id, err)
+		return BlockInfo{}, false, fmt.Errorf("block %d: %w", id, err)
 	}
 	if len(out) == 0 {
 		return BlockInfo{}, false, nil
@@ -884,7 +884,7 @@ func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, er
 	var out []BlockAttempt
 	err := pgxscan.Select(ctx, s.db, &out, blockAttemptsSQL, id)
 	if err != nil {
-		return nil, fmt.Errorf("execution: attempts of block %d: %w", id, err)
+		return nil, fmt.Errorf("attempts of block %d: %w", id, err)
 	}
 	return out, nil
 }

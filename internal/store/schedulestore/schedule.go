@@ -166,7 +166,7 @@ func (s *Store) UpsertSchedule(ctx context.Context, def ScheduleDef) (ScheduleRo
 		return err
 	})
 	if err != nil {
-		return row, fmt.Errorf("execution: register schedule of task %d: %w", def.TaskID, err)
+		return row, fmt.Errorf("register schedule of task %d: %w", def.TaskID, err)
 	}
 	return row, nil
 }
@@ -176,7 +176,7 @@ func (s *Store) Schedule(ctx context.Context, taskID int64) (row ScheduleRow, ok
 	var rows []ScheduleRow
 	err = pgxscan.Select(ctx, s.db, &rows, scheduleSQL, taskID)
 	if err != nil {
-		return row, false, fmt.Errorf("execution: schedule of task %d: %w", taskID, err)
+		return row, false, fmt.Errorf("schedule of task %d: %w", taskID, err)
 	}
 	if len(rows) == 0 {
 		return row, false, nil
@@ -190,11 +190,11 @@ func (s *Store) AdvanceSchedule(ctx context.Context, taskID int64, host string, 
 	a := execution.ToArrays(events)
 	rows, err := s.db.Query(ctx, advanceScheduleSQL, taskID, host, a.Kinds, a.Firsts, a.Lasts, a.Counts, a.Details, next, expected)
 	if err != nil {
-		return false, fmt.Errorf("execution: advance schedule of task %d: %w", taskID, err)
+		return false, fmt.Errorf("advance schedule of task %d: %w", taskID, err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
-		return false, fmt.Errorf("execution: advance schedule of task %d: %w", taskID, err)
+		return false, fmt.Errorf("advance schedule of task %d: %w", taskID, err)
 	}
 	return len(ids) == 1, nil
 }
@@ -216,7 +216,7 @@ func (s *Store) ScheduleEvents(ctx context.Context, taskID int64, n int) ([]Sche
 	var out []ScheduleEventRow
 	err := pgxscan.Select(ctx, s.db, &out, scheduleEventsSQL, taskID, n)
 	if err != nil {
-		return nil, fmt.Errorf("execution: schedule events of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("schedule events of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

@@ -70,13 +70,13 @@ func InsertSubmission(ctx context.Context, q Querier, sub NewSubmission) (id int
 		return id, false, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) || sub.ReferenceValue == nil {
-		return 0, false, fmt.Errorf("execution: insert submission: %w", err)
+		return 0, false, fmt.Errorf("insert submission: %w", err)
 	}
 	if err := q.QueryRow(ctx, submissionByReferenceSQL, sub.TaskID, *sub.ReferenceValue).Scan(&id); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return 0, false, fmt.Errorf("execution: insert submission: %w", ErrSubmissionRace)
+			return 0, false, fmt.Errorf("insert submission: %w", ErrSubmissionRace)
 		}
-		return 0, false, fmt.Errorf("execution: find submission by reference: %w", err)
+		return 0, false, fmt.Errorf("find submission by reference: %w", err)
 	}
 	return id, true, nil
 }
@@ -113,7 +113,7 @@ RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attem
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int) ([]ClaimedSubmission, error) {
 	var out []ClaimedSubmission
 	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
-		return nil, fmt.Errorf("execution: claim submissions of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
 	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
 		if a.Priority != b.Priority {
@@ -130,7 +130,7 @@ func (s *Store) UnclaimSubmission(ctx context.Context, id, session int64) error 
 UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
 WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiting')`, id, session)
 	if err != nil {
-		return fmt.Errorf("execution: unclaim submission %d: %w", id, err)
+		return fmt.Errorf("unclaim submission %d: %w", id, err)
 	}
 	return nil
 }
@@ -150,7 +150,7 @@ WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiti
 // not start for a reason its own row gives (message): trying again would fail the same way.
 func (s *Store) FailSubmissionStart(ctx context.Context, id, session int64, message string) error {
 	if _, err := s.db.Exec(ctx, failStartSQL, id, session, message); err != nil {
-		return fmt.Errorf("execution: record that submission %d could not start: %w", id, err)
+		return fmt.Errorf("record that submission %d could not start: %w", id, err)
 	}
 	return nil
 }
@@ -185,11 +185,11 @@ SELECT count(*) FROM taskling.settle_attempts(
 func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, reap execution.ReapRequest) (int, error) {
 	var ended, dead int
 	if err := s.db.QueryRow(ctx, stuckSubmissionsSQL, taskID).Scan(&ended, &dead); err != nil {
-		return 0, fmt.Errorf("execution: find stuck submissions of task %d: %w", taskID, err)
+		return 0, fmt.Errorf("find stuck submissions of task %d: %w", taskID, err)
 	}
 	if ended > 0 {
 		if _, err := s.db.Exec(ctx, settleEndedSQL, taskID); err != nil {
-			return 0, fmt.Errorf("execution: settle submissions of task %d: %w", taskID, err)
+			return 0, fmt.Errorf("settle submissions of task %d: %w", taskID, err)
 		}
 	}
 	if dead > 0 {
@@ -282,7 +282,7 @@ LIMIT $4`
 func (s *Store) Submission(ctx context.Context, id int64) (row SubmissionRow, ok bool, err error) {
 	var out []SubmissionRow
 	if err := pgxscan.Select(ctx, s.db, &out, submissionSQL, id); err != nil {
-		return row, false, fmt.Errorf("execution: submission %d: %w", id, err)
+		return row, false, fmt.Errorf("submission %d: %w", id, err)
 	}
 	if len(out) == 0 {
 		return row, false, nil
@@ -306,7 +306,7 @@ func (s *Store) Submissions(ctx context.Context, taskID int64, f SubmissionFilte
 	}
 	var out []SubmissionRow
 	if err := pgxscan.Select(ctx, s.db, &out, q, taskID, f.Status, f.Before, f.Limit); err != nil {
-		return nil, fmt.Errorf("execution: submissions of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("submissions of task %d: %w", taskID, err)
 	}
 	return out, nil
 }
@@ -321,7 +321,7 @@ type SubmissionAttempt struct {
 func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]SubmissionAttempt, error) {
 	var out []SubmissionAttempt
 	if err := pgxscan.Select(ctx, s.db, &out, `SELECT attempt, execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id); err != nil {
-		return nil, fmt.Errorf("execution: attempts of submission %d: %w", id, err)
+		return nil, fmt.Errorf("attempts of submission %d: %w", id, err)
 	}
 	return out, nil
 }
@@ -354,7 +354,7 @@ func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, o
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("execution: cancel submission %d: %w", id, err)
+		return 0, false, fmt.Errorf("cancel submission %d: %w", id, err)
 	}
 	return status, true, nil
 }
