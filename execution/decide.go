@@ -24,7 +24,7 @@ import (
 // in a new epoch (0012_epochs.sql).
 // Protocol 4: a freed slot is granted to the direct ticket first in line by the transaction that
 // frees it; the waiter takes it without the task row (0013_handoff.sql, handoff.go).
-const ProtocolVersion = 4
+const ProtocolVersion = 5
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")

@@ -216,7 +216,7 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 		xmins = append(xmins, rows[id].xmin)
 		protocol = rows[id].state.protocol
 	}
-	b := tx.begin()
+	b := tx.begin(s.stripes(ids), false)
 	cas := casTasksSQL
 	if !s.epochs.has.Load() {
 		cas = legacyCASTasksSQL

@@ -123,7 +123,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	var legacyRows map[int64]holder
 
 	clock := s.clockQuery()
-	b := tx.begin()
+	b := tx.begin(s.stripes(ids), true)
 	b.Queue(lockTasksSQL, ids).Query(func(rows pgx.Rows) error {
 		return scanTaskRows(rows, func(r taskRow) {
 			states[r.id] = r.state
@@ -178,7 +178,8 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	s.sawEpoch(ep)
 	for _, id := range ids {
-		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs) {
+		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs ||
+			st.protocol >= 5 && !s.epochs.stripes.Load()) {
 			s.epochs.known.Store(false) // migrated meanwhile: look again
 		}
 		st, ok := states[id]
@@ -540,10 +541,19 @@ func (t *txConn) batch() *txBatch {
 	return &txBatch{}
 }
 
-// begin returns the first batch: BEGIN and the transaction's settings.
-func (t *txConn) begin() *txBatch {
+// begin returns the first batch: BEGIN, the locks of stripes (stripes.go; wait: waiting for
+// them, else NOWAIT) and the transaction's settings. The locks come before the first SELECT,
+// which takes a serializable transaction's snapshot.
+func (t *txConn) begin(stripes []int, wait bool) *txBatch {
 	b := t.batch()
 	b.Queue(t.beginStmt)
+	for _, i := range stripes {
+		if wait {
+			b.Queue(lockStripeSQL[i])
+		} else {
+			b.Queue(lockStripeNowaitSQL[i])
+		}
+	}
 	if t.serializable {
 		b.Queue(serializableSettingsSQL)
 	} else {
