@@ -33,6 +33,7 @@ const (
 	// KindGrant: StartExecution returned a slot (Exec, Task, Fence, GrantedAt = the execution's
 	// started_at on the DB clock, At = when StartExecution returned). Written before any work. An
 	// attempt run by Work also names its Submission and Attempt (At = when the function was called).
+	// In TestChaos, Isolation is the level of the client that made the start.
 	KindGrant Kind = "grant"
 	// KindStop: the holder stopped working (Exec, Reason, At = the last instant it worked while
 	// its context was not cancelled — zero if its very first check found the context cancelled,
@@ -89,6 +90,15 @@ const (
 	KindFault Kind = "fault"
 	// KindLimit: an operator override of Task's limit to Limit, committed within [At, End].
 	KindLimit Kind = "limit"
+	// KindIsolation: the nemesis of TestChaos switched the isolation level in force (the one
+	// new starts use) to Isolation at At. Its faults name the level in force as well.
+	KindIsolation Kind = "isolation"
+)
+
+// Isolation levels, as the level file of TestChaos and the ledgers name them.
+const (
+	IsolationReadCommitted = "read committed"
+	IsolationSerializable  = "serializable"
 )
 
 // Reasons a holder stopped.
@@ -169,6 +179,9 @@ type Event struct {
 	End   time.Time `json:"end,omitzero"`
 	Limit int       `json:"limit,omitempty"`
 	Note  string    `json:"note,omitempty"`
+
+	// The isolation level of a grant's start, or in force at a fault (TestChaos).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // Writer appends events to one ledger file. It is safe for concurrent use.

@@ -16,6 +16,9 @@
 // executions that take their task's critical section, hold it briefly and release it; on
 // SIGUSR1 one more goroutine takes the section and holds it until the process ends (section.go).
 // Both print "ready" on stdout once the client is up (SIGUSR1 is handled from then on).
+//
+// With -isolation-file (TestChaos), the process holds a client per isolation level and each
+// start uses the level the file names when it begins (isolation.go).
 package main
 
 import (
@@ -67,13 +70,18 @@ func main() {
 		section    = flag.Bool("section", false, "take the first task's critical section in executions of it")
 		secTimeout = flag.Duration("section-timeout", 10*time.Second, "with -section: the timeout of a wait for the section")
 		tinyTO     = flag.Duration("tiny-timeout", 30*time.Millisecond, "with -section: the longest timeout of every fourth goroutine's waits")
+		isoFile    = flag.String("isolation-file", "", "a file naming the isolation level of new starts (read committed, serializable), read every 20ms; not with -work, -blocks, -section")
 	)
 	flag.Parse()
 	// Before anything else: SIGUSR1's default action ends the process.
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
 	opts := options{minHold: *minHold, work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
-		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1}
+		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1, isolationFile: *isoFile}
+	if *isoFile != "" && (*work || *blocks || *section) {
+		fmt.Fprintln(os.Stderr, "chaosworker: -isolation-file is for the plain mode only")
+		os.Exit(1)
+	}
 	if *blocks {
 		if _, err := fmt.Sscanf(*blockRange, "%d:%d:%d", &opts.from, &opts.to, &opts.size); err != nil {
 			fmt.Fprintf(os.Stderr, "chaosworker: bad -range %q: %v\n", *blockRange, err)
@@ -105,6 +113,7 @@ type options struct {
 	sectionTimeout      time.Duration
 	tinyTimeout         time.Duration
 	usr1                <-chan os.Signal
+	isolationFile       string
 }
 
 func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool, opts options) error {
@@ -142,14 +151,24 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	if verbose {
 		log, _ = zap.NewDevelopment()
 	}
-	client, err := taskling.NewClient(pool, &taskling.Config{
-		Logger:          log,
-		HostName:        host,
-		Defaults:        taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
-		Settings:        settings(tasks),
-		MaxPollInterval: 250 * time.Millisecond,
-	})
-	if err != nil {
+	newClient := func(iso taskling.Isolation) (*taskling.Client, error) {
+		return taskling.NewClient(pool, &taskling.Config{
+			Logger:          log,
+			HostName:        host,
+			Defaults:        taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
+			Settings:        settings(tasks),
+			MaxPollInterval: 250 * time.Millisecond,
+			Isolation:       iso,
+		})
+	}
+	var levels *levelSwitch
+	var client *taskling.Client
+	if opts.isolationFile != "" {
+		if levels, err = newLevelSwitch(stop, opts.isolationFile, newClient); err != nil {
+			return err
+		}
+		client, _ = levels.pick()
+	} else if client, err = newClient(taskling.IsolationReadCommitted); err != nil {
 		return err
 	}
 	if opts.work {
@@ -173,12 +192,16 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		go func() {
 			defer wg.Done()
 			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, minHold: opts.minHold, maxHold: maxHold, step: step,
-				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3}
+				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3, levels: levels}
 			wk.loop(stop)
 		}()
 	}
 	wg.Wait()
-	client.Close()
+	if levels != nil {
+		levels.close()
+	} else {
+		client.Close()
+	}
 	return w.Write(ledger.Event{Kind: ledger.KindExit, Host: host, At: w.Now()})
 }
 
@@ -286,6 +309,11 @@ type worker struct {
 
 	rndMu     sync.Mutex // rnd is shared by Work's workers
 	failEvery int64
+
+	// levels (-isolation-file): each start of loop takes the client of the level in force, and
+	// records that level (isolation) in its grant.
+	levels    *levelSwitch
+	isolation string
 }
 
 // errInjected fails an attempt on purpose (-fail-every).
@@ -322,9 +350,16 @@ func (wk *worker) holdFor() time.Duration {
 	return wk.minHold + time.Duration(wk.rnd.Int64N(int64(max(wk.maxHold-wk.minHold, 1))))
 }
 
+// startTimeout bounds each start of loop: TestChaos waits this long after switching the level in
+// force before it measures a reclaim at the new level.
+const startTimeout = 3 * time.Second
+
 func (wk *worker) loop(stop context.Context) {
 	for stop.Err() == nil {
-		sctx, cancel := context.WithTimeout(stop, 3*time.Second)
+		if wk.levels != nil {
+			wk.client, wk.isolation = wk.levels.pick()
+		}
+		sctx, cancel := context.WithTimeout(stop, startTimeout)
 		var err error
 		if wk.run {
 			var id int64
@@ -394,7 +429,7 @@ func (wk *worker) completed(id int64, err error) {
 func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time.Time) (lost bool) {
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
 		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run],
-		Submission: e.SubmissionID(), Attempt: e.Attempt()}))
+		Submission: e.SubmissionID(), Attempt: e.Attempt(), Isolation: wk.isolation}))
 	until := time.Now().Add(wk.holdFor())
 	var lastOK time.Time // zero until a check passes: a holder whose first check fails never worked
 	for {
