@@ -27,13 +27,6 @@ const cleanupHold = 2 * time.Minute
 // tasksPerRound is how many due tasks a client claims at most per round.
 const tasksPerRound = 50
 
-// Retention is how long a task's history is kept, by outcome (see TaskSettings.KeepCompleted).
-type Retention struct {
-	Completed time.Duration
-	Failed    time.Duration
-	Blocked   time.Duration
-}
-
 // ParseKeep parses a keep setting as written in a config file or on the command line: "forever"
 // (KeepForever), a number of days such as "14d", or a Go duration such as "36h". It must be at
 // least MinKeep.
@@ -76,10 +69,6 @@ func FormatKeep(d time.Duration) string {
 
 func retentionOf(r execution.Retention) Retention {
 	return Retention{Completed: r.Completed, Failed: r.Failed, Blocked: r.Blocked}
-}
-
-func (r Retention) toStore() execution.Retention {
-	return execution.Retention{Completed: r.Completed, Failed: r.Failed, Blocked: r.Blocked}
 }
 
 // CleanupCounts are the rows one cleanup deleted, or in a dry run would delete.
