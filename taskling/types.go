@@ -69,6 +69,8 @@ type (
 	TaskRetention = tasklingtype.TaskRetention
 	// Retention is how long a task's history is kept, by outcome (see TaskSettings.KeepCompleted).
 	Retention = tasklingtype.Retention
+	// CleanupCounts are the rows one cleanup deleted, or in a dry run would delete.
+	CleanupCounts = tasklingtype.CleanupCounts
 	// SettingsUpdate is an operator override stored in the task row: nil fields are left as they
 	// are.
 	SettingsUpdate = tasklingtype.SettingsUpdate

@@ -116,6 +116,29 @@ type Retention struct {
 	Blocked   time.Duration
 }
 
+// CleanupCounts are the rows one cleanup deleted, or in a dry run would delete.
+type CleanupCounts struct {
+	// Executions by outcome, each with its events, end and block attempts.
+	Completed int64
+	Failed    int64 // failed and dead
+	Blocked   int64 // denied starts
+	// Blocks completed whose latest attempt's execution was deleted, with their items (dry runs
+	// do not count them).
+	Blocks int64
+	// Finished submissions deleted (those without a reference value).
+	Submissions int64
+	// Finished submissions with a reference value, kept without their header so that a
+	// duplicate reference still returns them.
+	Compacted int64
+	// Cron instants of deleted executions, recorded so that Backfill never runs them again.
+	Instants int64
+}
+
+// Rows is every deleted row counted (executions, blocks and submissions).
+func (c CleanupCounts) Rows() int64 {
+	return c.Completed + c.Failed + c.Blocked + c.Blocks + c.Submissions
+}
+
 // SlotStatus is the state of one slot.
 type SlotStatus string
 
