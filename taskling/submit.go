@@ -184,15 +184,7 @@ func (c *Client) Submissions(ctx context.Context, app, task string, filter *Subm
 // SubmissionAttempts lists the executions that ran submission id, first attempt first.
 func (c *Client) SubmissionAttempts(ctx context.Context, id int64) (_ []int64, err error) {
 	defer wrapErr(&err, "attempts of submission %d", id)
-	rows, err := c.subs.SubmissionAttempts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(rows))
-	for i, r := range rows {
-		out[i] = r.ExecutionID
-	}
-	return out, nil
+	return c.subs.SubmissionAttempts(ctx, id)
 }
 
 // MaxCancelReasonLength is the longest cancel reason, in bytes.

@@ -321,16 +321,14 @@ func (s *Store) Submissions(ctx context.Context, taskID int64, f SubmissionFilte
 	return out, nil
 }
 
-// SubmissionAttempt is one attempt of a submission.
-type SubmissionAttempt struct {
-	Attempt     int   `db:"attempt"`
-	ExecutionID int64 `db:"execution_id"`
-}
-
-// SubmissionAttempts lists a submission's attempts, first first.
-func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]SubmissionAttempt, error) {
-	var out []SubmissionAttempt
-	if err := pgxscan.Select(ctx, s.db, &out, `SELECT attempt, execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id); err != nil {
+// SubmissionAttempts lists the executions of a submission's attempts, first attempt first.
+func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of submission %d: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
 		return nil, fmt.Errorf("attempts of submission %d: %w", id, err)
 	}
 	return out, nil
