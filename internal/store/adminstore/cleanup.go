@@ -326,8 +326,11 @@ func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Re
 	err = s.db.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE reference_value IS NULL), count(*) FILTER (WHERE reference_value IS NOT NULL)
 FROM taskling.submission
-WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT NULL)
-  AND finished_at < clock_timestamp() - CASE WHEN status = 3 THEN $2::interval ELSE $3::interval END`,
+WHERE task_id = $1
+  AND status IN (taskling.submission_status('completed'), taskling.submission_status('dead'), taskling.submission_status('cancelled'))
+  AND (reference_value IS NULL OR header IS NOT NULL)
+  AND finished_at < clock_timestamp()
+      - CASE WHEN status = taskling.submission_status('completed') THEN $2::interval ELSE $3::interval END`,
 		taskID, keep.Completed, keep.Failed).Scan(&c.Submissions, &c.Compacted)
 	if err != nil {
 		return c, fmt.Errorf("plan the cleanup of task %d: %w", taskID, err)

@@ -143,7 +143,7 @@ WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiti
 const failStartSQL = `
 UPDATE taskling.submission
 SET attempts = attempts + 1,
-    status = CASE WHEN attempts + 1 >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts + 1 >= max_attempts THEN taskling.submission_status('dead') ELSE taskling.submission_status('waiting') END,
     finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END,
     last_error = 'attempt ' || (attempts + 1) || ' could not start: ' || $3,
     claimed_by = NULL, updated_at = clock_timestamp()
