@@ -18,15 +18,6 @@ type APISessions struct{ c *Client }
 // APISessions returns the client's sign-in sessions.
 func (c *Client) APISessions() APISessions { return APISessions{c: c} }
 
-// APISession is one sign-in session: who signed in (Principal), what the server checks their
-// credential against (Credential, opaque here), when, and until when.
-type APISession struct {
-	Principal  string
-	Credential string
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-}
-
 // Start stores a new session of principal lasting ttl (on the database clock), and returns its
 // id: 32 random bytes, base64url, for a cookie. Expired sessions are deleted meanwhile.
 func (s APISessions) Start(ctx context.Context, principal, credential string, ttl time.Duration) (string, error) {
@@ -55,7 +46,7 @@ func (s APISessions) Get(ctx context.Context, id string) (APISession, error) {
 	if !ok {
 		return APISession{}, notFound("session")
 	}
-	return APISession{Principal: a.Principal, Credential: a.Credential, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt}, nil
+	return a, nil
 }
 
 // End ends the session known by id (signing out). Ending an unknown session does nothing.

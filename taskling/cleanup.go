@@ -27,13 +27,6 @@ const cleanupHold = 2 * time.Minute
 // tasksPerRound is how many due tasks a client claims at most per round.
 const tasksPerRound = 50
 
-// Retention is how long a task's history is kept, by outcome (see TaskSettings.KeepCompleted).
-type Retention struct {
-	Completed time.Duration
-	Failed    time.Duration
-	Blocked   time.Duration
-}
-
 // ParseKeep parses a keep setting as written in a config file or on the command line: "forever"
 // (KeepForever), a number of days such as "14d", or a Go duration such as "36h". It must be at
 // least MinKeep.
@@ -76,38 +69,6 @@ func FormatKeep(d time.Duration) string {
 
 func retentionOf(r execution.Retention) Retention {
 	return Retention{Completed: r.Completed, Failed: r.Failed, Blocked: r.Blocked}
-}
-
-func (r Retention) toStore() execution.Retention {
-	return execution.Retention{Completed: r.Completed, Failed: r.Failed, Blocked: r.Blocked}
-}
-
-// CleanupCounts are the rows one cleanup deleted, or in a dry run would delete.
-type CleanupCounts struct {
-	// Executions by outcome, each with its events, end and block attempts.
-	Completed int64
-	Failed    int64 // failed and dead
-	Blocked   int64 // denied starts
-	// Blocks completed whose latest attempt's execution was deleted, with their items (dry runs
-	// do not count them).
-	Blocks int64
-	// Finished submissions deleted (those without a reference value).
-	Submissions int64
-	// Finished submissions with a reference value, kept without their header so that a
-	// duplicate reference still returns them.
-	Compacted int64
-	// Cron instants of deleted executions, recorded so that Backfill never runs them again.
-	Instants int64
-}
-
-// Rows is every deleted row counted (executions, blocks and submissions).
-func (c CleanupCounts) Rows() int64 {
-	return c.Completed + c.Failed + c.Blocked + c.Blocks + c.Submissions
-}
-
-func countsOf(c adminstore.CleanupCounts) CleanupCounts {
-	return CleanupCounts{Completed: c.Completed, Failed: c.Failed, Blocked: c.Blocked, Blocks: c.Blocks,
-		Submissions: c.Submissions, Compacted: c.Compacted, Instants: c.Instants}
 }
 
 // CleanupOptions configure Client.Cleanup. nil means the defaults.
@@ -178,7 +139,7 @@ func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOpt
 			if err != nil {
 				return out, err
 			}
-			r.Counts = countsOf(counts)
+			r.Counts = counts
 			out = append(out, r)
 			continue
 		}
@@ -220,23 +181,34 @@ func (s TaskSettings) retention() execution.Retention {
 	return execution.Retention{Completed: s.KeepCompleted, Failed: s.KeepFailed, Blocked: s.KeepBlocked}
 }
 
+// addCounts adds o to c.
+func addCounts(c *CleanupCounts, o CleanupCounts) {
+	c.Completed += o.Completed
+	c.Failed += o.Failed
+	c.Blocked += o.Blocked
+	c.Blocks += o.Blocks
+	c.Submissions += o.Submissions
+	c.Compacted += o.Compacted
+	c.Instants += o.Instants
+}
+
 // cleanTask deletes a claimed task's history batch by batch and releases the claim.
 func (c *Client) cleanTask(ctx context.Context, t adminstore.CleanupTask, keep execution.Retention, claimant string,
 	progress func(app, task string, soFar CleanupCounts)) (CleanupCounts, error) {
 	cl := &adminstore.Cleaner{Store: c.admin, TaskID: t.TaskID, Keep: keep, Claimant: claimant, Hold: cleanupHold}
-	var total adminstore.CleanupCounts
+	var total CleanupCounts
 	var err error
 	for {
-		var batch adminstore.CleanupCounts
+		var batch CleanupCounts
 		var done bool
 		batch, done, err = cl.Batch(ctx)
 		if err != nil {
 			break
 		}
-		total.Add(batch)
-		c.hooks.cleaned(t.Application, t.Task, countsOf(batch))
+		addCounts(&total, batch)
+		c.hooks.cleaned(t.Application, t.Task, batch)
 		if progress != nil {
-			progress(t.Application, t.Task, countsOf(total))
+			progress(t.Application, t.Task, total)
 		}
 		if done {
 			break
@@ -248,9 +220,9 @@ func (c *Client) cleanTask(ctx context.Context, t adminstore.CleanupTask, keep e
 		err = rerr
 	}
 	if err != nil {
-		return countsOf(total), fmt.Errorf("taskling: cleanup of %s/%s: %w", t.Application, t.Task, err)
+		return total, fmt.Errorf("taskling: cleanup of %s/%s: %w", t.Application, t.Task, err)
 	}
-	return countsOf(total), nil
+	return total, nil
 }
 
 // claimant names this client in a cleanup claim: unique per call, so that a claim is released

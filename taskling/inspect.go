@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/taskling-go/taskling/internal/store/adminstore"
 	"github.com/taskling-go/taskling/internal/store/historystore"
@@ -27,143 +24,6 @@ type notFound string
 
 func (e notFound) Error() string        { return "taskling: " + string(e) + ": not found" }
 func (e notFound) Is(target error) bool { return target == ErrNotFound }
-
-// Disagreement is the last declaration of a task's limit that another host's different one
-// replaced: OtherHost had declared OtherLimit until At.
-type Disagreement struct {
-	OtherLimit int
-	OtherHost  string
-	At         time.Time
-}
-
-// LimitSource says where a setting of a task in force — its limit, whether it is enabled —
-// comes from.
-type LimitSource string
-
-const (
-	// LimitSourceOverride: an operator's override stored in the task row.
-	LimitSourceOverride LimitSource = "override"
-	// LimitSourceDeclared: the value last declared by a requester (its code or config).
-	LimitSourceDeclared LimitSource = "declared"
-	// LimitSourceNone: nothing declared yet (the task row exists but was never acquired).
-	LimitSourceNone LimitSource = "none"
-)
-
-// TaskInfo is one task as operators see it.
-type TaskInfo struct {
-	Application string
-	Task        string
-	// Limit in force: the operator's override if set, else the last requester's declared limit;
-	// -1 unlimited, 0 while LimitSource is LimitSourceNone.
-	Limit       int
-	LimitSource LimitSource
-	// DeclaredLimit is the limit the last requester declared (0: none yet), by DeclaredBy.
-	DeclaredLimit int
-	DeclaredBy    string
-	// Disagreement is set when, within the last 10 minutes, a host declared a limit other than
-	// the one another host had declared (their settings differ: files not yet reloaded, say). The
-	// limit in force at each grant is the requester's declaration; an override settles it.
-	Disagreement *Disagreement
-	// Enabled says whether the task's starts are served: its enabled override if set (false for
-	// a retired task), else what its hosts last declared, else true (the default);
-	// EnabledSource says which: LimitSourceOverride, LimitSourceDeclared or LimitSourceNone.
-	Enabled       bool
-	EnabledSource LimitSource
-	// Overrides are the operator's overrides (nil fields are not overridden), last changed at
-	// OverridesUpdatedAt (zero if never).
-	Overrides          SettingsUpdate
-	OverridesUpdatedAt time.Time
-	// SettingsError, when not nil, says why every start of the task fails on the host that
-	// declared its settings last: the overrides over that declaration are invalid (a host
-	// declared settings they do not fit after they were set; a *SettingsError naming the field
-	// and both sources). Change or clear the overrides, or the host's settings.
-	SettingsError error
-	// SlotsUsed counts slots held by live executions (for an unlimited task, its live
-	// executions); SlotsTotal is the limit in force (-1 unlimited); SlotsRetiring counts held
-	// slots to be removed when returned, after a lowered limit.
-	SlotsUsed     int
-	SlotsTotal    int
-	SlotsRetiring int
-	// Fence is the last fencing token granted.
-	Fence int64
-	// LastExecution is the newest execution, granted or denied; nil if none.
-	LastExecution *ExecutionRef
-	// Waiting counts the live WaitForSlot starts queued for a slot, fleet-wide; OldestWaitSince
-	// is when the oldest of them queued (database clock; zero if none).
-	Waiting         int
-	OldestWaitSince time.Time
-	// Retired is when and by whom the task was retired (nil if it is not: see RetireTask);
-	// HasSchedule says it has a schedule (Schedule), ScheduleRetired when that was retired.
-	Retired         *Retirement
-	HasSchedule     bool
-	ScheduleRetired *Retirement
-}
-
-// ExecutionRef names an execution with its status.
-type ExecutionRef struct {
-	ID        int64
-	Status    Status
-	StartedAt time.Time
-}
-
-// TaskDetail is one task with its slots.
-type TaskDetail struct {
-	TaskInfo
-	Slots []Slot
-	// Retention is how long the task's history is kept and when it was last cleaned.
-	Retention TaskRetention
-}
-
-// TaskRetention is a task's retention: what is in force, where it comes from, and its cleanups.
-type TaskRetention struct {
-	// Keep is in force: Overrides over Declared (over this client's settings when no host declared).
-	Keep Retention
-	// Declared is what the task's hosts last declared (nil: none yet), and by which host.
-	Declared   *Retention
-	DeclaredBy string
-	// Overrides are the operator's (nil fields: not overridden).
-	Overrides struct{ Completed, Failed, Blocked *time.Duration }
-	// LastCleaned is when the last cleanup of the task started (nil: never); CleaningBy names the
-	// host cleaning it now ("" if none); RowsDeleted counts every cleanup's rows.
-	LastCleaned *time.Time
-	CleaningBy  string
-	RowsDeleted int64
-}
-
-// SlotStatus is the state of one slot.
-type SlotStatus string
-
-const (
-	SlotHeld      SlotStatus = "held"
-	SlotAvailable SlotStatus = "available"
-	// SlotRetiring: held, but removed when returned (the limit was lowered below the live holders).
-	SlotRetiring SlotStatus = "retiring"
-	// SlotUnlimited: an unlimited task shows one such slot per execution that may hold it.
-	SlotUnlimited SlotStatus = "unlimited"
-)
-
-// Slot is one slot of a task and its holder.
-type Slot struct {
-	TokenID uuid.UUID
-	Status  SlotStatus
-	Holder  *Holder // nil for an available slot
-}
-
-// Holder is the execution a slot was granted to, judged on the database clock.
-type Holder struct {
-	ExecutionID int64
-	// Found is false when the execution row is missing: the slot is then free for the next start,
-	// and the other fields are zero.
-	Found         bool
-	Host          string
-	StartedAt     time.Time
-	LastHeartbeat time.Time
-	HeartbeatAge  time.Duration
-	Alive         bool
-	Fence         int64
-	ItemsDone     int64
-	ItemsTotal    int64
-}
 
 // TaskStatusFilter keeps the tasks in one state (TaskFilter.Status).
 type TaskStatusFilter string
@@ -313,10 +173,7 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err
 	if err != nil {
 		return TaskPage{}, err
 	}
-	page := TaskPage{Tasks: make([]TaskInfo, len(list.Tasks)), Total: list.Total, Applications: list.Applications}
-	for i, s := range list.Tasks {
-		page.Tasks[i] = taskInfoOf(s)
-	}
+	page := TaskPage{Tasks: list.Tasks, Total: list.Total, Applications: list.Applications}
 	if n := len(list.Keys); n > 0 && f.Limit > 0 {
 		// Read forward, More says a next page follows; read backward, that a previous one does.
 		// The other way, a page follows whenever a cursor led here.
@@ -340,26 +197,22 @@ func (c *Client) Task(ctx context.Context, app, task string) (_ TaskDetail, err 
 	if err := validateTask(app, task); err != nil {
 		return TaskDetail{}, err
 	}
-	sum, ok, err := c.admin.TaskSummary(ctx, app, task)
+	info, id, err := c.admin.TaskSummary(ctx, app, task)
 	if err != nil {
 		return TaskDetail{}, err
 	}
-	if !ok {
+	if id == 0 {
 		return TaskDetail{}, notFound("task " + app + "/" + task)
 	}
-	slots, err := c.admin.TaskSlots(ctx, sum.ID)
+	d := TaskDetail{TaskInfo: info}
+	if d.Slots, err = c.admin.TaskSlots(ctx, id); err != nil {
+		return TaskDetail{}, err
+	}
+	st, err := c.admin.RetentionOf(ctx, id)
 	if err != nil {
 		return TaskDetail{}, err
 	}
-	d := TaskDetail{TaskInfo: taskInfoOf(sum), Slots: make([]Slot, len(slots))}
-	for i, s := range slots {
-		d.Slots[i] = slotOf(s)
-	}
-	st, err := c.admin.RetentionOf(ctx, sum.ID)
-	if err != nil {
-		return TaskDetail{}, err
-	}
-	keep, err := c.keepOf(ctx, adminstore.CleanupTask{TaskID: sum.ID, Application: app, Task: task, Retention: st})
+	keep, err := c.keepOf(ctx, adminstore.CleanupTask{TaskID: id, Application: app, Task: task, Retention: st})
 	if err != nil {
 		return TaskDetail{}, err
 	}
@@ -435,40 +288,11 @@ func (c *Client) Executions(ctx context.Context, app, task string, filter *Execu
 	if err != nil {
 		return ExecutionPage{}, err
 	}
-	page := ExecutionPage{Executions: make([]ExecutionInfo, len(rows))}
-	for i, r := range rows {
-		page.Executions[i] = infoFromRow(r)
-	}
+	page := ExecutionPage{Executions: rows}
 	if more {
 		page.NextBefore = rows[len(rows)-1].ID
 	}
 	return page, nil
-}
-
-// EventType is the kind of an execution event.
-type EventType string
-
-const (
-	EventStart      EventType = "start"
-	EventCheckpoint EventType = "checkpoint"
-	EventError      EventType = "error"
-	EventEnd        EventType = "end"
-	EventBlocked    EventType = "blocked"
-)
-
-// ExecutionEvent is one event of an execution.
-type ExecutionEvent struct {
-	Type       EventType
-	Message    string
-	OccurredAt time.Time
-}
-
-// ExecutionDetail is one execution with its task and events.
-type ExecutionDetail struct {
-	ExecutionInfo
-	Application string
-	Task        string
-	Events      []ExecutionEvent
 }
 
 // Execution returns one execution with its events, or an error wrapping ErrNotFound.
@@ -477,21 +301,15 @@ func (c *Client) Execution(ctx context.Context, id int64) (_ ExecutionDetail, er
 	if id < 1 {
 		return ExecutionDetail{}, fmt.Errorf("%w: execution id %d; want a positive integer", ErrInvalidArgument, id)
 	}
-	row, ok, err := c.history.Execution(ctx, id)
+	d, ok, err := c.history.Execution(ctx, id)
 	if err != nil {
 		return ExecutionDetail{}, err
 	}
 	if !ok {
 		return ExecutionDetail{}, notFound(fmt.Sprintf("execution %d", id))
 	}
-	events, err := c.history.Events(ctx, id)
-	if err != nil {
+	if d.Events, err = c.history.Events(ctx, id); err != nil {
 		return ExecutionDetail{}, err
-	}
-	d := ExecutionDetail{ExecutionInfo: infoFromRow(row.ExecutionRow), Application: row.Application, Task: row.Task,
-		Events: make([]ExecutionEvent, len(events))}
-	for i, ev := range events {
-		d.Events[i] = ExecutionEvent{Type: EventType(ev.Type), Message: ev.Message, OccurredAt: ev.OccurredAt}
 	}
 	return d, nil
 }
@@ -505,52 +323,4 @@ func ParseStatus(s string) (Status, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: status %q; want %s", ErrInvalidArgument, s, statusList)
-}
-
-func taskInfoOf(s adminstore.TaskSummary) TaskInfo {
-	t := TaskInfo{
-		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: LimitSource(s.LimitSource),
-		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
-		Waiting: s.Waiting, OldestWaitSince: s.OldestWait,
-		Overrides: updateOf(s.Overrides),
-		Retired:   retirementOf(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementOf(s.ScheduleRetired),
-	}
-	if s.DeclaredLimit != nil {
-		t.DeclaredLimit = *s.DeclaredLimit
-	}
-	if s.DeclaredBy != nil {
-		t.DeclaredBy = *s.DeclaredBy
-	}
-	if d := s.Dispute; d != nil {
-		t.Disagreement = &Disagreement{OtherLimit: d.Limit, OtherHost: d.Host, At: d.At}
-	}
-	if s.Overrides.UpdatedAt != nil {
-		t.OverridesUpdatedAt = *s.Overrides.UpdatedAt
-	}
-	if l := s.LastExecution; l != nil {
-		t.LastExecution = &ExecutionRef{ID: l.ID, Status: Status(l.Status), StartedAt: l.StartedAt}
-	}
-	t.Enabled, t.EnabledSource = true, LimitSourceNone
-	switch {
-	case s.Retired != nil:
-		t.Enabled, t.EnabledSource = false, LimitSourceOverride // retiring disables it in its row
-	case s.Overrides.Enabled != nil:
-		t.Enabled, t.EnabledSource = *s.Overrides.Enabled, LimitSourceOverride
-	case s.Declaration != nil:
-		t.Enabled, t.EnabledSource = s.Declaration.Enabled, LimitSourceDeclared
-	}
-	t.SettingsError = s.SettingsError()
-	return t
-}
-
-func slotOf(s adminstore.Slot) Slot {
-	out := Slot{TokenID: s.TokenID, Status: SlotStatus(s.Status)}
-	if h := s.Holder; h != nil {
-		out.Holder = &Holder{
-			ExecutionID: h.ExecutionID, Found: h.Found, Host: h.Host, StartedAt: h.StartedAt,
-			LastHeartbeat: h.LastKeepAlive, HeartbeatAge: h.HeartbeatAge, Alive: h.Alive, Fence: h.Fence,
-			ItemsDone: h.ItemsDone, ItemsTotal: h.ItemsTotal,
-		}
-	}
-	return out
 }

@@ -1,7 +1,6 @@
 package taskling
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -25,20 +24,6 @@ func encodeJSON(field string, v any, max int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s %s, which PostgreSQL's jsonb cannot store", ErrInvalidArgument, field, err)
 	}
 	return b, nil
-}
-
-// storedJSON returns a JSON value read from a jsonb column (nil for none) or, when encoding/json
-// cannot read it (nested deeper than its limit of 10 000: jsonb stores deeper values written with
-// SQL), nil and why: the row still shows, with its error, and encodes as JSON.
-func storedJSON(b []byte) (json.RawMessage, string) {
-	if len(b) == 0 {
-		return nil, ""
-	}
-	if !json.Valid(b) {
-		err := json.Compact(new(bytes.Buffer), b)
-		return nil, fmt.Sprintf("the stored JSON (%d bytes) cannot be read: %v", len(b), err)
-	}
-	return b, ""
 }
 
 // jsonb's limits on numbers (PostgreSQL's numeric): at most 131 072 digits before the decimal

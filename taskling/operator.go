@@ -85,10 +85,10 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
 		return fmt.Errorf("%w: DeathMode (operator override) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, int(*update.DeathMode))
 	}
-	if err := update.toStore().ValidateFields(); err != nil {
+	if err := overrides(update).ValidateFields(); err != nil {
 		return err // before the task row is created: a refused update writes nothing
 	}
-	if err := update.retention().ValidateFields(); err != nil {
+	if err := retentionOverrides(update).ValidateFields(); err != nil {
 		return err
 	}
 	op, err := o.operator()
@@ -99,7 +99,7 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 	if err != nil {
 		return err
 	}
-	change := adminstore.OverridesChange{Set: update.toStore(), Keep: update.retention(), Op: op,
+	change := adminstore.OverridesChange{Set: overrides(update), Keep: retentionOverrides(update), Op: op,
 		FallbackAs: "this client's settings, as no host declared any yet"}
 	if change.Set.Liveness() {
 		_, own, err := c.declared(ctx, app, task)

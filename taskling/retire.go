@@ -11,20 +11,6 @@ import (
 	"github.com/taskling-go/taskling/internal/store/schedulestore"
 )
 
-// Retirement says when, and by whom, a task or its schedule was retired: By is the operator's
-// Name (Operator.Name; the principal of a change through `taskling serve`).
-type Retirement struct {
-	At time.Time
-	By string
-}
-
-func retirementOf(r *adminstore.Retirement) *Retirement {
-	if r == nil {
-		return nil
-	}
-	return &Retirement{At: r.At, By: r.By}
-}
-
 // RetireTask retires app/task (see Operations.RetireTask), recorded as made by the operator
 // named by ("" means "library@" and this client's host name).
 //
@@ -130,25 +116,6 @@ func retiredGap(row schedulestore.ScheduleRow, what string) (*execution.Schedule
 	return &execution.ScheduleClaim{Expected: row.Cursor, Events: []execution.ScheduleEvent{ev}}, row.Now, nil
 }
 
-// Change is one operator change of a task, as its audit trail records it: who (Principal, the
-// Operator's Name, and By, its Note or else its Name), when (the change's transaction time on the
-// database clock), which Field ("concurrency_limit",
-// "enabled", "death_mode", "keep_alive_interval", "keep_alive_death_threshold",
-// "override_threshold", "keep_completed", "keep_failed", "keep_blocked", "retired",
-// "schedule_retired", "block #ID" for a forced block, "submission #ID" for a cancelled
-// submission), and its Old and New values as text ("3", "unlimited", "30s", "14d", "forever",
-// "yes"). A nil value means not overridden: the task inherits what its hosts declare.
-type Change struct {
-	ID int64
-	At time.Time
-	By string
-	// Principal is "" on the changes recorded before migration 0016, or by older binaries.
-	Principal string
-	Field     string
-	Old       *string
-	New       *string
-}
-
 // ChangeFilter selects a page of a task's changes, newest first. A nil *ChangeFilter means the
 // newest DefaultChangesPage.
 type ChangeFilter struct {
@@ -210,12 +177,6 @@ func (c *Client) TaskChanges(ctx context.Context, app, task string, filter *Chan
 		rows = rows[:f.Limit]
 		page.NextBefore = rows[len(rows)-1].ID
 	}
-	page.Changes = make([]Change, len(rows))
-	for i, r := range rows {
-		page.Changes[i] = Change{ID: r.ID, At: r.At, By: r.By, Field: r.Field, Old: r.Old, New: r.New}
-		if r.Principal != nil {
-			page.Changes[i].Principal = *r.Principal
-		}
-	}
+	page.Changes = rows
 	return page, nil
 }

@@ -9,33 +9,6 @@ import (
 	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
-// DeathMode is how the death of an execution that stopped without completing is judged. Liveness
-// is always judged on the database clock, never on a host's clock. The numbers are stored; never
-// renumber them.
-type DeathMode int
-
-const (
-	// deathModeUnset inherits the mode from the layer below.
-	deathModeUnset DeathMode = iota
-	// DeathModeKeepAlive (the default): the execution sends a heartbeat every KeepAliveInterval
-	// and is dead once no heartbeat arrived for KeepAliveDeathThreshold.
-	DeathModeKeepAlive
-	// DeathModeOverride: no heartbeat; the execution is dead OverrideThreshold after its start.
-	DeathModeOverride
-)
-
-func (m DeathMode) String() string {
-	switch m {
-	case deathModeUnset:
-		return "unset"
-	case DeathModeKeepAlive:
-		return "keepalive"
-	case DeathModeOverride:
-		return "override"
-	}
-	return fmt.Sprintf("DeathMode(%d)", int(m))
-}
-
 // Bounds of the settings (see the README's settings table).
 const (
 	// MaxConcurrencyLimit is the largest limit: every acquire rewrites the token list (about 50
@@ -267,33 +240,13 @@ func (m StaticSettings) TaskSettings(_ context.Context, app, task string) (TaskS
 	return m[app+"/"+task], nil
 }
 
-// SettingsUpdate is an operator override stored in the task row: nil fields are left as they are.
-// Overrides win over every host's declared settings until ClearOverrides.
-type SettingsUpdate struct {
-	ConcurrencyLimit        *int
-	Enabled                 *bool
-	DeathMode               *DeathMode
-	KeepAliveInterval       *time.Duration
-	KeepAliveDeathThreshold *time.Duration
-	OverrideThreshold       *time.Duration
-	// Keep settings (see TaskSettings.KeepCompleted): how long cleanup keeps the task's history.
-	KeepCompleted *time.Duration
-	KeepFailed    *time.Duration
-	KeepBlocked   *time.Duration
-	// By names who makes the change, in the task's audit trail (TaskChanges), when the update
-	// goes through Client.UpdateTaskSettings: it is the Operator's Name ("" means "library@" and
-	// the client's host name). Operations.UpdateTaskSettings ignores it. It is not a setting:
-	// Task reports it empty.
-	//
-	// Deprecated: use client.As(Operator{Name: by}).UpdateTaskSettings, which records the same.
-	By string
-}
-
-func (u SettingsUpdate) retention() execution.RetentionOverrides {
+// retentionOverrides are u's keep settings as the store takes them.
+func retentionOverrides(u SettingsUpdate) execution.RetentionOverrides {
 	return execution.RetentionOverrides{Completed: u.KeepCompleted, Failed: u.KeepFailed, Blocked: u.KeepBlocked}
 }
 
-func (u SettingsUpdate) toStore() execution.Overrides {
+// overrides are u's other settings as the store takes them.
+func overrides(u SettingsUpdate) execution.Overrides {
 	o := execution.Overrides{
 		ConcurrencyLimit:        u.ConcurrencyLimit,
 		Enabled:                 u.Enabled,
@@ -306,20 +259,4 @@ func (u SettingsUpdate) toStore() execution.Overrides {
 		o.DeathMode = &m
 	}
 	return o
-}
-
-// updateOf converts stored overrides back to a SettingsUpdate.
-func updateOf(o execution.Overrides) SettingsUpdate {
-	u := SettingsUpdate{
-		ConcurrencyLimit:        o.ConcurrencyLimit,
-		Enabled:                 o.Enabled,
-		KeepAliveInterval:       o.KeepAliveInterval,
-		KeepAliveDeathThreshold: o.KeepAliveDeathThreshold,
-		OverrideThreshold:       o.OverrideThreshold,
-	}
-	if o.DeathMode != nil {
-		m := DeathMode(*o.DeathMode)
-		u.DeathMode = &m
-	}
-	return u
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/backoff"
-	"github.com/taskling-go/taskling/internal/store/adminstore"
 )
 
 // MaxReferenceValueLength is the longest ReferenceValue, in bytes.
@@ -141,7 +140,7 @@ func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (e
 	if err != nil {
 		return res, err
 	}
-	var retired *adminstore.Retirement
+	var retired *Retirement
 	if res.Denied == execution.DeniedDisabled {
 		// Retiring disables the task in its row, so that every host refuses it: which of the two
 		// it is, is read now, off the token transaction, on this path only.

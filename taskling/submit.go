@@ -2,30 +2,12 @@ package taskling
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/internal/store/submitstore"
-)
-
-// SubmissionStatus is where a submission stands.
-type SubmissionStatus string
-
-const (
-	// SubmissionWaiting: waiting for a worker and a slot (also between attempts).
-	SubmissionWaiting SubmissionStatus = "waiting"
-	// SubmissionInProgress: an attempt runs.
-	SubmissionInProgress SubmissionStatus = "in_progress"
-	// SubmissionCompleted: an attempt completed. It is never run again.
-	SubmissionCompleted SubmissionStatus = "completed"
-	// SubmissionDead: its attempts are spent (each failed, or its worker died).
-	SubmissionDead SubmissionStatus = "dead"
-	// SubmissionCancelled: an operator cancelled it.
-	SubmissionCancelled SubmissionStatus = "cancelled"
 )
 
 // SubmissionStatuses lists every status, in lifecycle order.
@@ -43,15 +25,6 @@ func ParseSubmissionStatus(s string) (SubmissionStatus, error) {
 		return SubmissionStatus(s), nil
 	}
 	return "", fmt.Errorf("%w: submission status %q; want one of %v", ErrInvalidArgument, s, SubmissionStatuses)
-}
-
-func submissionStatusOf(code int16) SubmissionStatus {
-	for s, c := range submissionStatusCodes {
-		if c == code {
-			return s
-		}
-	}
-	return SubmissionStatus(fmt.Sprintf("unknown(%d)", code))
 }
 
 // DefaultMaxAttempts is a submission's MaxAttempts when none is given.
@@ -151,74 +124,17 @@ func (c *Client) newSubmission(ctx context.Context, app, task string, opts *Subm
 	return sub, nil
 }
 
-// Submission is a submitted run and where it stands.
-type Submission struct {
-	ID          int64            `json:"id"`
-	Application string           `json:"application"`
-	Task        string           `json:"task"`
-	Status      SubmissionStatus `json:"status"`
-	// Position in the task's queue of waiting submissions (1 = next); 0 unless waiting.
-	Position       int             `json:"position"`
-	Priority       int             `json:"priority"`
-	ReferenceValue string          `json:"reference_value,omitempty"`
-	Header         json.RawMessage `json:"header,omitempty"`
-	// HeaderError says why Header is nil although the submission has one: encoding/json cannot
-	// read the stored value (nested deeper than 10 000, written with SQL).
-	HeaderError string `json:"header_error,omitempty"`
-	Attempts    int    `json:"attempts"`
-	MaxAttempts int    `json:"max_attempts"`
-	// ExecutionID is the execution of the current or last attempt (0: none yet); ItemsDone and
-	// ItemsTotal are its progress (Execution.SetProgress).
-	ExecutionID     int64      `json:"execution_id,omitempty"`
-	ItemsDone       int64      `json:"items_done"`
-	ItemsTotal      int64      `json:"items_total"`
-	LastError       string     `json:"last_error,omitempty"`
-	CancelRequested bool       `json:"cancel_requested"`
-	CancelReason    string     `json:"cancel_reason,omitempty"`
-	SubmittedAt     time.Time  `json:"submitted_at"`
-	UpdatedAt       time.Time  `json:"updated_at"`
-	FinishedAt      *time.Time `json:"finished_at,omitempty"`
-}
-
-func submissionOf(r submitstore.SubmissionRow) Submission {
-	s := Submission{
-		ID: r.ID, Application: r.Application, Task: r.Task, Status: submissionStatusOf(r.Status), Position: r.Position,
-		Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
-		CancelRequested: r.CancelRequestedAt != nil, SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
-	}
-	s.Header, s.HeaderError = storedJSON(r.Header)
-	if r.ReferenceValue != nil {
-		s.ReferenceValue = *r.ReferenceValue
-	}
-	if r.ExecutionID != nil {
-		s.ExecutionID = *r.ExecutionID
-	}
-	if r.ItemsDone != nil {
-		s.ItemsDone = *r.ItemsDone
-	}
-	if r.ItemsTotal != nil {
-		s.ItemsTotal = *r.ItemsTotal
-	}
-	if r.LastError != nil {
-		s.LastError = *r.LastError
-	}
-	if r.CancelReason != nil {
-		s.CancelReason = *r.CancelReason
-	}
-	return s
-}
-
 // Submission returns submission id, or an error wrapping ErrNotFound.
 func (c *Client) Submission(ctx context.Context, id int64) (_ Submission, err error) {
 	defer wrapErr(&err, "submission %d", id)
-	row, ok, err := c.subs.Submission(ctx, id)
+	sub, ok, err := c.subs.Submission(ctx, id)
 	if err != nil {
 		return Submission{}, err
 	}
 	if !ok {
 		return Submission{}, notFound(fmt.Sprintf("submission %d", id))
 	}
-	return submissionOf(row), nil
+	return sub, nil
 }
 
 // SubmissionFilter selects submissions. A nil *SubmissionFilter means all, newest first, up to
@@ -262,29 +178,13 @@ func (c *Client) Submissions(ctx context.Context, app, task string, filter *Subm
 	if err != nil || !ok {
 		return nil, err
 	}
-	rows, err := c.subs.Submissions(ctx, id, submitstore.SubmissionFilter{Status: code, Before: f.Before, Limit: f.Limit})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Submission, len(rows))
-	for i, r := range rows {
-		out[i] = submissionOf(r)
-	}
-	return out, nil
+	return c.subs.Submissions(ctx, id, submitstore.SubmissionFilter{Status: code, Before: f.Before, Limit: f.Limit})
 }
 
 // SubmissionAttempts lists the executions that ran submission id, first attempt first.
 func (c *Client) SubmissionAttempts(ctx context.Context, id int64) (_ []int64, err error) {
 	defer wrapErr(&err, "attempts of submission %d", id)
-	rows, err := c.subs.SubmissionAttempts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]int64, len(rows))
-	for i, r := range rows {
-		out[i] = r.ExecutionID
-	}
-	return out, nil
+	return c.subs.SubmissionAttempts(ctx, id)
 }
 
 // MaxCancelReasonLength is the longest cancel reason, in bytes.

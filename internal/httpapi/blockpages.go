@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // The dashboard's pages of blocks: the task page's blocks at their retry limit, an execution's
@@ -20,13 +21,13 @@ const blocksOnTaskPage = 100
 
 // blockRow is a block as a page shows it.
 type blockRow struct {
-	taskling.BlockInfo
+	tasklingtype.BlockInfo
 	Force bool // this browser may force it: show the button
 }
 
 // blockCount is how many of the blocks counted are in one status.
 type blockCount struct {
-	Status taskling.BlockStatus
+	Status tasklingtype.BlockStatus
 	Blocks int
 }
 
@@ -42,11 +43,11 @@ type taskBlocks struct {
 }
 
 // blockStatusOrder is the order the counts by status are shown in.
-var blockStatusOrder = []taskling.BlockStatus{taskling.BlockNotStarted, taskling.BlockStarted, taskling.BlockCompleted, taskling.BlockFailed, taskling.BlockDead}
+var blockStatusOrder = []tasklingtype.BlockStatus{tasklingtype.BlockNotStarted, tasklingtype.BlockStarted, tasklingtype.BlockCompleted, tasklingtype.BlockFailed, tasklingtype.BlockDead}
 
 // canForce reports whether the page offers to force blocks: the browser may make changes. Any
 // block can be forced; one already forced shows that instead of the button.
-func canForce(p page, b taskling.BlockInfo) bool {
+func canForce(p page, b tasklingtype.BlockInfo) bool {
 	return p.MayChange && !b.ForcePending
 }
 
@@ -64,7 +65,7 @@ func (h *Handler) loadTaskBlocks(r *http.Request, p page, app, task string) (tas
 	for _, b := range atLimit {
 		tb.AtLimit = append(tb.AtLimit, blockRow{BlockInfo: b, Force: canForce(p, b)})
 	}
-	n := map[taskling.BlockStatus]int{}
+	n := map[tasklingtype.BlockStatus]int{}
 	for _, b := range recent {
 		n[b.Status]++
 	}
@@ -81,7 +82,7 @@ func (h *Handler) loadTaskBlocks(r *http.Request, p page, app, task string) (tas
 type executionPageData struct {
 	Execution
 	Application, Task string
-	Blocks            []taskling.BlockInfo
+	Blocks            []tasklingtype.BlockInfo
 }
 
 func (h *Handler) executionPage(w http.ResponseWriter, r *http.Request) {
@@ -147,7 +148,7 @@ func pageID(w http.ResponseWriter, r *http.Request, what string) (int64, bool) {
 
 // blockSpan is what a block covers: its numbers, its time span, its item count or its value
 // (shortened to max runes; 0: whole).
-func blockSpan(b taskling.BlockInfo, max int) string {
+func blockSpan(b tasklingtype.BlockInfo, max int) string {
 	switch {
 	case b.FromNumber != nil && b.ToNumber != nil:
 		return fmt.Sprintf("%d–%d", *b.FromNumber, *b.ToNumber)

@@ -5,17 +5,18 @@ import (
 	"strconv"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // BlockList is the answer of the block listings.
 type BlockList struct {
-	Blocks []taskling.BlockInfo `json:"blocks"`
+	Blocks []tasklingtype.BlockInfo `json:"blocks"`
 }
 
 // BlockDetail is one block with its attempts, first first.
 type BlockDetail struct {
-	taskling.BlockInfo
-	AttemptList []taskling.BlockAttemptInfo `json:"attempt_list"`
+	tasklingtype.BlockInfo
+	AttemptList []tasklingtype.BlockAttemptInfo `json:"attempt_list"`
 }
 
 // ForceRequest is the optional body of POST /api/v1/blocks/{id}/force.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Retirement is when, and by whom (the principal), a task or its schedule was retired.
@@ -17,7 +18,7 @@ type Retirement struct {
 	By string    `json:"by"`
 }
 
-func retirementView(r *taskling.Retirement) *Retirement {
+func retirementView(r *tasklingtype.Retirement) *Retirement {
 	if r == nil {
 		return nil
 	}
@@ -36,6 +37,15 @@ type Change struct {
 	Field     string    `json:"field"`
 	Old       *string   `json:"old"`
 	New       *string   `json:"new"`
+}
+
+// NewChange converts a change.
+func NewChange(c tasklingtype.Change) Change {
+	out := Change{ID: c.ID, At: c.At, By: c.By, Field: c.Field, Old: c.Old, New: c.New}
+	if c.Principal != "" {
+		out.Principal = &c.Principal
+	}
+	return out
 }
 
 // PrincipalText is the principal as pages and tables show it: "-" when none was recorded.
@@ -102,10 +112,7 @@ func LoadChanges(ctx context.Context, c *taskling.Client, q ChangesQuery) (Chang
 	}
 	page := ChangePage{Changes: make([]Change, len(p.Changes))}
 	for i, ch := range p.Changes {
-		page.Changes[i] = Change{ID: ch.ID, At: ch.At, By: ch.By, Field: ch.Field, Old: ch.Old, New: ch.New}
-		if ch.Principal != "" {
-			page.Changes[i].Principal = &ch.Principal
-		}
+		page.Changes[i] = NewChange(ch)
 	}
 	if p.NextBefore != 0 {
 		next := p.NextBefore

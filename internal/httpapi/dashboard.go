@@ -15,6 +15,7 @@ import (
 
 	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 //go:embed templates/*.html
@@ -249,7 +250,7 @@ type taskPageData struct {
 
 // submissionRow is a submission as a page shows it.
 type submissionRow struct {
-	taskling.Submission
+	tasklingtype.Submission
 	Cancel bool // this browser may cancel it: show the button
 }
 
@@ -258,8 +259,8 @@ const recentOnTaskPage = 20
 
 // canCancel reports whether the page offers to cancel s: it has not finished, no cancel was
 // asked yet, and the browser may make changes.
-func canCancel(p page, s taskling.Submission) bool {
-	active := s.Status == taskling.SubmissionWaiting || s.Status == taskling.SubmissionInProgress
+func canCancel(p page, s tasklingtype.Submission) bool {
+	active := s.Status == tasklingtype.SubmissionWaiting || s.Status == tasklingtype.SubmissionInProgress
 	return p.MayChange && active && !s.CancelRequested
 }
 
@@ -302,7 +303,7 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline,
 		Changes: changes.Changes, MoreChanges: changes.NextBefore != nil}
-	for _, group := range [][]taskling.Submission{queue.Running, queue.Waiting, queue.Finished} {
+	for _, group := range [][]tasklingtype.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // MaxPageSize is the largest page of executions served.
@@ -124,7 +125,7 @@ type ExecutionsQuery struct {
 // LoadExecutions returns a page of a task's executions, newest first, or an error wrapping
 // taskling.ErrNotFound when the task does not exist.
 func LoadExecutions(ctx context.Context, c *taskling.Client, q ExecutionsQuery) (ExecutionPage, error) {
-	p, err := c.Executions(ctx, q.App, q.Task, &taskling.ExecutionFilter{Status: taskling.Status(q.Status), Before: q.Before, Limit: q.Limit})
+	p, err := c.Executions(ctx, q.App, q.Task, &taskling.ExecutionFilter{Status: tasklingtype.Status(q.Status), Before: q.Before, Limit: q.Limit})
 	if err != nil {
 		return ExecutionPage{}, err
 	}
@@ -154,7 +155,7 @@ const MaxSubmissionsPage = 1000
 // SubmissionsQuery selects a page of a task's submissions.
 type SubmissionsQuery struct {
 	App, Task string
-	Status    string // "" all, else a taskling.SubmissionStatus
+	Status    string // "" all, else a tasklingtype.SubmissionStatus
 	Before    int64  // 0 from the newest
 	Limit     int
 }
@@ -187,15 +188,15 @@ func ParseSubmissionsQuery(get func(string) string) (q SubmissionsQuery, field s
 
 // LoadSubmissions returns a page of a task's submissions; a task never submitted to has none.
 func LoadSubmissions(ctx context.Context, c *taskling.Client, q SubmissionsQuery) (SubmissionPage, error) {
-	subs, err := c.Submissions(ctx, q.App, q.Task, &taskling.SubmissionFilter{Status: taskling.SubmissionStatus(q.Status), Before: q.Before, Limit: q.Limit})
+	subs, err := c.Submissions(ctx, q.App, q.Task, &taskling.SubmissionFilter{Status: tasklingtype.SubmissionStatus(q.Status), Before: q.Before, Limit: q.Limit})
 	if err != nil {
 		return SubmissionPage{}, err
 	}
 	page := SubmissionPage{Submissions: subs}
 	if page.Submissions == nil {
-		page.Submissions = []taskling.Submission{}
+		page.Submissions = []tasklingtype.Submission{}
 	}
-	if n := len(subs); n > 0 && n == q.Limit && q.Status != string(taskling.SubmissionWaiting) {
+	if n := len(subs); n > 0 && n == q.Limit && q.Status != string(tasklingtype.SubmissionWaiting) {
 		next := subs[n-1].ID
 		page.NextBefore = &next
 	}
@@ -222,33 +223,33 @@ func LoadSubmission(ctx context.Context, c *taskling.Client, id int64) (Submissi
 // SubmissionQueue is what the task page shows of a task's submissions: the running ones, the
 // waiting ones in queue order, then the most recently finished ones.
 type SubmissionQueue struct {
-	Running  []taskling.Submission
-	Waiting  []taskling.Submission
-	Finished []taskling.Submission
+	Running  []tasklingtype.Submission
+	Waiting  []tasklingtype.Submission
+	Finished []tasklingtype.Submission
 }
 
 // LoadSubmissionQueue returns up to n submissions of each group.
 func LoadSubmissionQueue(ctx context.Context, c *taskling.Client, app, task string, n int) (SubmissionQueue, error) {
 	var q SubmissionQueue
-	get := func(s taskling.SubmissionStatus) ([]taskling.Submission, error) {
+	get := func(s tasklingtype.SubmissionStatus) ([]tasklingtype.Submission, error) {
 		return c.Submissions(ctx, app, task, &taskling.SubmissionFilter{Status: s, Limit: n})
 	}
 	var err error
-	if q.Running, err = get(taskling.SubmissionInProgress); err != nil {
+	if q.Running, err = get(tasklingtype.SubmissionInProgress); err != nil {
 		return q, err
 	}
-	if q.Waiting, err = get(taskling.SubmissionWaiting); err != nil {
+	if q.Waiting, err = get(tasklingtype.SubmissionWaiting); err != nil {
 		return q, err
 	}
 	// One query per finished status: the newest submissions of any status may all be waiting.
-	for _, s := range []taskling.SubmissionStatus{taskling.SubmissionCompleted, taskling.SubmissionDead, taskling.SubmissionCancelled} {
+	for _, s := range []tasklingtype.SubmissionStatus{tasklingtype.SubmissionCompleted, tasklingtype.SubmissionDead, tasklingtype.SubmissionCancelled} {
 		subs, err := get(s)
 		if err != nil {
 			return q, err
 		}
 		q.Finished = append(q.Finished, subs...)
 	}
-	slices.SortFunc(q.Finished, func(a, b taskling.Submission) int {
+	slices.SortFunc(q.Finished, func(a, b tasklingtype.Submission) int {
 		if c := finishedAt(b).Compare(finishedAt(a)); c != 0 {
 			return c
 		}
@@ -260,7 +261,7 @@ func LoadSubmissionQueue(ctx context.Context, c *taskling.Client, app, task stri
 	return q, nil
 }
 
-func finishedAt(s taskling.Submission) time.Time {
+func finishedAt(s tasklingtype.Submission) time.Time {
 	if s.FinishedAt == nil {
 		return s.UpdatedAt
 	}

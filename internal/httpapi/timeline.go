@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // The task page's slot timeline and its grants / denials / reclaims per minute, both drawn on the
@@ -79,7 +80,7 @@ type minuteBucket struct {
 
 // bucketMinutes adds the counts up into n minute buckets ending with the minute of now (UTC):
 // counts of the same minute are summed, counts outside the buckets dropped.
-func bucketMinutes(now time.Time, counts []taskling.TimelineMinute, n int) []minuteBucket {
+func bucketMinutes(now time.Time, counts []tasklingtype.TimelineMinute, n int) []minuteBucket {
 	last := now.UTC().Truncate(time.Minute)
 	first := last.Add(-time.Duration(n-1) * time.Minute)
 	out := make([]minuteBucket, n)
@@ -168,7 +169,7 @@ func loadTimeline(ctx context.Context, c *taskling.Client, app, task string, lim
 }
 
 // layoutTimeline computes the coordinates of the timeline and the chart.
-func layoutTimeline(tl taskling.TaskTimeline, limit int) timelineView {
+func layoutTimeline(tl tasklingtype.TaskTimeline, limit int) timelineView {
 	v := timelineView{From: tl.From, Now: tl.Now, Shown: len(tl.Bars), Truncated: tl.Truncated, LaneName: "lane",
 		Counts: map[string]int{}, Width: num(svgWidth), PlotLeft: num(plotLeft), PlotRight: num(plotRight), PlotW: num(plotRight - plotLeft)}
 	window := tl.Now.Sub(tl.From)
@@ -257,7 +258,7 @@ func layoutTimeline(tl taskling.TaskTimeline, limit int) timelineView {
 }
 
 // barTitle is a bar's tooltip.
-func barTitle(b taskling.TimelineBar, end time.Time) string {
+func barTitle(b tasklingtype.TimelineBar, end time.Time) string {
 	s := fmt.Sprintf("execution #%d on %s\nstarted %s\n", b.ExecutionID, b.Host, clock(b.StartedAt))
 	switch {
 	case !b.ReclaimedAt.IsZero():

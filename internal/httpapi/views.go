@@ -6,11 +6,17 @@ import (
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // The JSON shapes of the API. The CLI's --output json prints the same shapes, so a script
 // written against one works against the other. Durations are Go duration strings ("20s");
 // times are RFC 3339 on the database clock.
+//
+// Each shape comes from one of package tasklingtype's types, the library's own: through that
+// type's JSON tags where it has them (Submission, BlockInfo, BlockAttemptInfo), else through one
+// view here, built by one function (NewTask, NewSlots, NewExecution, NewRetention, NewChange,
+// retirementView, disagreementOf), which writes null where the Go type holds a zero for "none".
 
 // Task is one task: its limit in force and where it comes from, slot usage, overrides and its
 // newest execution.
@@ -96,7 +102,7 @@ type Retention struct {
 }
 
 // NewRetention converts a task's retention.
-func NewRetention(r taskling.TaskRetention) Retention {
+func NewRetention(r tasklingtype.TaskRetention) Retention {
 	out := Retention{KeepCompleted: taskling.FormatKeep(r.Keep.Completed), KeepFailed: taskling.FormatKeep(r.Keep.Failed),
 		KeepBlocked: taskling.FormatKeep(r.Keep.Blocked), Overridden: []string{}, LastCleaned: r.LastCleaned, RowsDeleted: r.RowsDeleted}
 	for _, o := range []struct {
@@ -176,7 +182,7 @@ type ExecutionPage struct {
 }
 
 // NewTask converts a task.
-func NewTask(s taskling.TaskInfo) Task {
+func NewTask(s tasklingtype.TaskInfo) Task {
 	o := s.Overrides
 	t := Task{
 		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: string(s.LimitSource),
@@ -210,7 +216,7 @@ func NewTask(s taskling.TaskInfo) Task {
 }
 
 // NewSlots converts a task's slots.
-func NewSlots(slots []taskling.Slot) []Slot {
+func NewSlots(slots []tasklingtype.Slot) []Slot {
 	out := make([]Slot, 0, len(slots))
 	for _, s := range slots {
 		v := Slot{TokenID: s.TokenID.String(), Status: string(s.Status)}
@@ -230,7 +236,7 @@ func NewSlots(slots []taskling.Slot) []Slot {
 }
 
 // NewExecution converts an execution and its events (nil: not read).
-func NewExecution(x taskling.ExecutionInfo, events []taskling.ExecutionEvent) Execution {
+func NewExecution(x tasklingtype.ExecutionInfo, events []tasklingtype.ExecutionEvent) Execution {
 	e := Execution{
 		ID: x.ID, Status: string(x.Status), StartedAt: x.StartedAt, CompletedAt: nonZeroTime(x.CompletedAt),
 		LastKeepAlive: x.LastHeartbeat, Host: x.Host, ReferenceValue: nonEmpty(x.ReferenceValue), Header: x.Header,
@@ -297,10 +303,10 @@ func Percent(done, total int64) int {
 	return min(int(float64(done)/float64(total)*100), 99) // done < total: never 100 by rounding
 }
 
-// SubmissionDetail is one submission (taskling.Submission's JSON) with the executions that ran
+// SubmissionDetail is one submission (tasklingtype.Submission's JSON) with the executions that ran
 // its attempts, first attempt first.
 type SubmissionDetail struct {
-	taskling.Submission
+	tasklingtype.Submission
 	AttemptsExecutions []int64 `json:"attempts_executions"`
 }
 
@@ -308,8 +314,8 @@ type SubmissionDetail struct {
 // the waiting ones. NextBefore, when not null, is the "before" parameter of the next page (never
 // set for the waiting ones, whose queue order is not id order).
 type SubmissionPage struct {
-	Submissions []taskling.Submission `json:"submissions"`
-	NextBefore  *int64                `json:"next_before"`
+	Submissions []tasklingtype.Submission `json:"submissions"`
+	NextBefore  *int64                    `json:"next_before"`
 }
 
 // SubmitResponse is the answer to a submission.
@@ -317,7 +323,7 @@ type SubmitResponse struct {
 	ID int64 `json:"id"`
 }
 
-func disagreementOf(d *taskling.Disagreement) *Disagreement {
+func disagreementOf(d *tasklingtype.Disagreement) *Disagreement {
 	if d == nil {
 		return nil
 	}

@@ -7,17 +7,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Sign-in sessions of the HTTP API (taskling.api_session), known by the SHA-256 of their id.
-
-// APISession is a stored sign-in session.
-type APISession struct {
-	Principal  string    `db:"principal"`
-	Credential string    `db:"credential"`
-	CreatedAt  time.Time `db:"created_at"`
-	ExpiresAt  time.Time `db:"expires_at"`
-}
 
 // StartAPISession stores a session of principal for ttl, and deletes the expired ones (by the
 // expiry index). The database clock dates it.
@@ -33,8 +27,8 @@ VALUES ($1, $2, $3, now() + $4::interval)`, idSHA256, principal, credential, ttl
 }
 
 // APISession returns the session whose id hashes to idSHA256, if it has not expired.
-func (s *Store) APISession(ctx context.Context, idSHA256 []byte) (APISession, bool, error) {
-	var a APISession
+func (s *Store) APISession(ctx context.Context, idSHA256 []byte) (tasklingtype.APISession, bool, error) {
+	var a tasklingtype.APISession
 	err := s.db.QueryRow(ctx, `SELECT principal, credential, created_at, expires_at FROM taskling.api_session
 WHERE id_sha256 = $1 AND expires_at > now()`, idSHA256).Scan(&a.Principal, &a.Credential, &a.CreatedAt, &a.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -7,11 +7,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Operator changes: every change an operator makes to a task is written to
@@ -37,18 +38,6 @@ const (
 // ErrTaskRetired: the task is retired. Its starts are refused; so is a change of its enabled
 // override (unretire it first).
 var ErrTaskRetired = errors.New("taskling: task is retired")
-
-// Change is one recorded operator change. Old and New are nil for "not overridden"; Principal is
-// nil on the rows written before migration 0016 (or by older binaries).
-type Change struct {
-	ID        int64     `db:"id"`
-	At        time.Time `db:"at"`
-	By        string    `db:"changed_by"`
-	Principal *string   `db:"principal"`
-	Field     string    `db:"field"`
-	Old       *string   `db:"old_value"`
-	New       *string   `db:"new_value"`
-}
 
 // insertChangesSQL records changes of task $1 by $2 (principal $3), given as parallel arrays, in
 // their order.
@@ -417,14 +406,8 @@ func (s *Store) Unretire(ctx context.Context, req UnretireRequest) (changed bool
 	return changed, nil
 }
 
-// Retirement is when and by whom (the principal) a task, or its schedule, was retired.
-type Retirement struct {
-	At time.Time
-	By string
-}
-
 // Retired returns a task's retirement, nil when it is not retired.
-func (s *Store) Retired(ctx context.Context, taskID int64) (*Retirement, error) {
+func (s *Store) Retired(ctx context.Context, taskID int64) (*tasklingtype.Retirement, error) {
 	var at *time.Time
 	var by *string
 	err := s.db.QueryRow(ctx, `SELECT retired_at, retired_by FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&at, &by)
@@ -434,11 +417,12 @@ func (s *Store) Retired(ctx context.Context, taskID int64) (*Retirement, error) 
 	return retirementOf(at, by), nil
 }
 
-func retirementOf(at *time.Time, by *string) *Retirement {
+// retirementOf is the retirement a row's retired_at and retired_by columns say (nil: none).
+func retirementOf(at *time.Time, by *string) *tasklingtype.Retirement {
 	if at == nil {
 		return nil
 	}
-	r := &Retirement{At: *at}
+	r := &tasklingtype.Retirement{At: *at}
 	if by != nil {
 		r.By = *by
 	}
@@ -446,13 +430,21 @@ func retirementOf(at *time.Time, by *string) *Retirement {
 }
 
 // Changes returns a task's operator changes, newest first: at most limit, those before the
-// change with id before (0: from the newest).
-func (s *Store) Changes(ctx context.Context, taskID, before int64, limit int) ([]Change, error) {
-	var out []Change
-	err := pgxscan.Select(ctx, s.db, &out, `
+// change with id before (0: from the newest). Old and New are nil for "not overridden"; the
+// principal is NULL, read as "", on the rows written before migration 0016 (or by older binaries).
+func (s *Store) Changes(ctx context.Context, taskID, before int64, limit int) ([]tasklingtype.Change, error) {
+	rows, err := s.db.Query(ctx, `
 SELECT id, at, changed_by, principal, field, old_value, new_value FROM taskling.operator_change
 WHERE task_id = $1 AND ($2 = 0 OR id < $2)
 ORDER BY id DESC LIMIT $3`, taskID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("changes of task %d: %w", taskID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.Change, error) {
+		var c tasklingtype.Change
+		err := row.Scan(&c.ID, &c.At, &c.By, (*zeronull.Text)(&c.Principal), &c.Field, &c.Old, &c.New)
+		return c, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("changes of task %d: %w", taskID, err)
 	}

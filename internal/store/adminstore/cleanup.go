@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // KeepForever as a keep setting means "never delete" (it is about 292 years).
@@ -169,34 +170,6 @@ WHERE task_id = $1 AND claimed_by = $2`, taskID, claimant, deleted)
 	return nil
 }
 
-// CleanupCounts are the rows one cleanup deleted (or, in a dry run, would delete).
-type CleanupCounts struct {
-	Completed   int64 // completed executions
-	Failed      int64 // failed and dead executions
-	Blocked     int64 // blocked (denied) starts
-	Blocks      int64 // completed blocks (with their items and attempts)
-	Submissions int64 // finished submissions deleted
-	Compacted   int64 // finished submissions with a reference value whose header was dropped
-	Instants    int64 // cron instants of deleted executions, kept in forgotten_instants
-}
-
-// Executions is the number of executions deleted.
-func (c CleanupCounts) Executions() int64 { return c.Completed + c.Failed + c.Blocked }
-
-// Rows is every row counted.
-func (c CleanupCounts) Rows() int64 { return c.Executions() + c.Blocks + c.Submissions }
-
-// Add adds o to c.
-func (c *CleanupCounts) Add(o CleanupCounts) {
-	c.Completed += o.Completed
-	c.Failed += o.Failed
-	c.Blocked += o.Blocked
-	c.Blocks += o.Blocks
-	c.Submissions += o.Submissions
-	c.Compacted += o.Compacted
-	c.Instants += o.Instants
-}
-
 // cleanupBatchSQL deletes the candidates with everything that hangs off them: events (by cascade),
 // ends, block attempts, completed blocks whose latest attempt they ran (except the protected
 // ones, $8: the latest of each kind, which continuing ranges and LastBlock read), unsucceeded
@@ -278,7 +251,7 @@ type Cleaner struct {
 }
 
 // Batch deletes the next batch; done is true when nothing is left to delete.
-func (c *Cleaner) Batch(ctx context.Context) (counts CleanupCounts, done bool, err error) {
+func (c *Cleaner) Batch(ctx context.Context) (counts tasklingtype.CleanupCounts, done bool, err error) {
 	size := c.BatchSize
 	if size <= 0 || size > MaxCleanupBatch {
 		size = MaxCleanupBatch
@@ -328,10 +301,10 @@ WHERE task_id = $1 AND claimed_by = $2 AND claimed_until > clock_timestamp()`, c
 		return nil
 	})
 	if err != nil {
-		return CleanupCounts{}, false, fmt.Errorf("clean task %d: %w", c.TaskID, err)
+		return tasklingtype.CleanupCounts{}, false, fmt.Errorf("clean task %d: %w", c.TaskID, err)
 	}
 	c.subsDone = counts.Submissions+counts.Compacted < int64(size)
-	return counts, c.subsDone && counts.Executions() < int64(size), nil
+	return counts, c.subsDone && counts.Completed+counts.Failed+counts.Blocked < int64(size), nil
 }
 
 // planCleanupSQL counts what a cleanup of task $1 would delete now: the candidates by class, and
@@ -342,8 +315,8 @@ SELECT count(*) FILTER (WHERE class = 1), count(*) FILTER (WHERE class = 2), cou
 FROM taskling.cleanup_candidates($1, $2, $3, $4, $5, $6, $7)`
 
 // PlanCleanup counts what a cleanup of the task with keep would delete now, deleting nothing.
-func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Retention) (CleanupCounts, error) {
-	var c CleanupCounts
+func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Retention) (tasklingtype.CleanupCounts, error) {
+	var c tasklingtype.CleanupCounts
 	err := s.db.QueryRow(ctx, planCleanupSQL,
 		taskID, keep.Completed, keep.Failed, keep.Blocked, time.Unix(0, 0).UTC(), 0, math.MaxInt32).
 		Scan(&c.Completed, &c.Failed, &c.Blocked, &c.Instants)
@@ -353,8 +326,11 @@ func (s *Store) PlanCleanup(ctx context.Context, taskID int64, keep execution.Re
 	err = s.db.QueryRow(ctx, `
 SELECT count(*) FILTER (WHERE reference_value IS NULL), count(*) FILTER (WHERE reference_value IS NOT NULL)
 FROM taskling.submission
-WHERE task_id = $1 AND status >= 3 AND (reference_value IS NULL OR header IS NOT NULL)
-  AND finished_at < clock_timestamp() - CASE WHEN status = 3 THEN $2::interval ELSE $3::interval END`,
+WHERE task_id = $1
+  AND status IN (taskling.submission_status('completed'), taskling.submission_status('dead'), taskling.submission_status('cancelled'))
+  AND (reference_value IS NULL OR header IS NOT NULL)
+  AND finished_at < clock_timestamp()
+      - CASE WHEN status = taskling.submission_status('completed') THEN $2::interval ELSE $3::interval END`,
 		taskID, keep.Completed, keep.Failed).Scan(&c.Submissions, &c.Compacted)
 	if err != nil {
 		return c, fmt.Errorf("plan the cleanup of task %d: %w", taskID, err)

@@ -91,18 +91,18 @@ func declaredOf(row pgx.Row) (execution.Settings, string, bool, error) {
 	return d.Settings(limit), d.Source(), err == nil, err
 }
 
-// SettingsError reports why every start of the task fails on the host that declared last: its
-// overrides over that declaration are invalid (nil when they are valid, or nothing was declared).
-func (t TaskSummary) SettingsError() error {
-	d := t.Declaration
+// settingsError reports why every start of a task fails on the host that declared last (d,
+// with limit declaredLimit): the overrides o over that declaration are invalid (nil when they are
+// valid, or nothing was declared).
+func settingsError(o execution.Overrides, d *DeclaredSettings, declaredLimit *int) error {
 	if d == nil {
 		return nil
 	}
 	limit := 1
-	if t.DeclaredLimit != nil {
-		limit = *t.DeclaredLimit
+	if declaredLimit != nil {
+		limit = *declaredLimit
 	}
-	return t.Overrides.Check(d.Settings(limit), d.Source())
+	return o.Check(d.Settings(limit), d.Source())
 }
 
 // declaredColumns scan a declaration's columns from a LEFT JOIN (NULL: none).

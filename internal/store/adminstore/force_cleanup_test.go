@@ -12,6 +12,7 @@ import (
 	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/internal/store/adminstore"
 	"github.com/taskling-go/taskling/internal/store/blockstore"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // oldCompletedBlocks runs an execution that creates and completes numeric blocks [1, 10] and
@@ -76,7 +77,7 @@ func TestACleanupBatchSeesAForceCommittedWhileItWaited(t *testing.T) {
 	require.NoError(t, err)
 
 	done := make(chan error, 1)
-	var counts adminstore.CleanupCounts
+	var counts tasklingtype.CleanupCounts
 	go func() {
 		var err error
 		counts, _, err = (&adminstore.Cleaner{Store: b.admin, TaskID: b.taskID, Keep: keep}).Batch(b.ctx)
@@ -85,7 +86,7 @@ func TestACleanupBatchSeesAForceCommittedWhileItWaited(t *testing.T) {
 	b.waitForALockWait(t)
 	require.NoError(t, force.Commit(b.ctx))
 	require.NoError(t, <-done)
-	require.Equal(t, adminstore.CleanupCounts{}, counts)
+	require.Equal(t, tasklingtype.CleanupCounts{}, counts)
 	info, ok, err := b.blocks.BlockByID(b.ctx, block)
 	require.NoError(t, err)
 	require.True(t, ok, "the forced block stays")

@@ -7,6 +7,8 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Task list filters (TaskListQuery.Status).
@@ -50,7 +52,7 @@ type TaskListQuery struct {
 
 // TaskList is a page of tasks in the query's order.
 type TaskList struct {
-	Tasks []TaskSummary
+	Tasks []tasklingtype.TaskInfo
 	// Keys are the tasks' places in the sort order (a cursor is made of one).
 	Keys []TaskKey
 	// More: tasks follow the page in the direction read (after it, or before it when Backward).
@@ -287,11 +289,11 @@ func (s *Store) readTaskPage(ctx context.Context, sql string, args []any) (TaskL
 		}
 		_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
 			var k TaskKey
-			t, err := scanSummaryWith(row, &k.AtLimit, &k.Used, &out.Total)
+			t, id, err := scanSummary(row, &k.AtLimit, &k.Used, &out.Total)
 			if err != nil {
 				return struct{}{}, err
 			}
-			k.Waiting, k.Application, k.Task, k.ID = t.Waiting, t.Application, t.Task, t.ID
+			k.Waiting, k.Application, k.Task, k.ID = t.Waiting, t.Application, t.Task, id
 			out.Tasks = append(out.Tasks, t)
 			out.Keys = append(out.Keys, k)
 			return struct{}{}, nil

@@ -6,69 +6,17 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/tasklingtype"
 	"github.com/taskling-go/taskling/tokens"
 )
 
 // Read-only queries for operators (the CLI, the HTTP API, metrics). They never take the task
 // row's lock, so they cannot slow the acquire path down; what they report is a snapshot judged
 // on the DB clock at the moment they run.
-
-// Sources of the limit in force (TaskSummary.LimitSource; taskling.LimitSource's values).
-const (
-	limitSourceOverride = "override" // an operator's override stored in the task row
-	limitSourceDeclared = "declared" // the limit last declared by a requester (its code or config)
-	limitSourceNone     = "none"     // nothing declared yet: the task row exists but was never acquired
-)
-
-// TaskSummary is one task as `tasks list` shows it.
-type TaskSummary struct {
-	ID          int64
-	Application string
-	Task        string
-	// Limit in force: the operator's override if set, else the last requester's declared limit;
-	// -1 unlimited, 0 when LimitSource is LimitSourceNone.
-	Limit int
-	// LimitSource is "override", "declared" or "none".
-	LimitSource   string
-	DeclaredLimit *int
-	DeclaredBy    *string
-	// Dispute is the last time a host's declaration replaced a different limit declared by
-	// another host, within DisputeWindow; nil if none.
-	Dispute *Dispute
-	// SlotsUsed counts the slots held by live executions (for an unlimited task: its live
-	// executions); SlotsTotal is the limit in force (-1 unlimited), which the token list — and
-	// so TaskSlots — matches from the next acquisition on.
-	SlotsUsed  int
-	SlotsTotal int
-	// SlotsRetiring counts held slots marked for removal after a lowered limit.
-	SlotsRetiring int
-	Fence         int64
-	Overrides     execution.Overrides
-	// LastExecution is the newest execution of the task, granted or denied; nil if none.
-	LastExecution *LastExecution
-	// Waiting counts the live waiters queued for a slot; OldestWait is when the oldest of them
-	// queued (zero if none).
-	Waiting    int
-	OldestWait time.Time
-	// Retired: the task is retired (nil if not); ScheduleRetired: its schedule is. execution.Overrides
-	// hold a retired task's enabled override as it was set (its row says disabled).
-	Retired         *Retirement
-	HasSchedule     bool
-	ScheduleRetired *Retirement
-	// Declaration is what the task's hosts last declared beyond the limit (nil: nothing yet).
-	Declaration *DeclaredSettings
-}
-
-// Dispute is a declaration of a task's limit that another host's replaced.
-type Dispute struct {
-	Limit int
-	Host  string
-	At    time.Time // when it was replaced, on the database clock
-}
 
 // DisputeWindow is how long a disagreement between hosts' declarations is reported.
 const DisputeWindow = 10 * time.Minute
@@ -88,87 +36,112 @@ ON CONFLICT (task_id) DO UPDATE SET other_limit = excluded.other_limit, other_ho
 	return nil
 }
 
-// LastExecution is the newest execution of a task.
-type LastExecution struct {
-	ID        int64
-	Status    string
-	StartedAt time.Time
-}
-
-// TaskSummary returns one task, or ok=false if it does not exist.
-func (s *Store) TaskSummary(ctx context.Context, app, task string) (TaskSummary, bool, error) {
+// TaskSummary returns one task with its id, or id 0 if it does not exist.
+func (s *Store) TaskSummary(ctx context.Context, app, task string) (tasklingtype.TaskInfo, int64, error) {
 	rows, err := s.db.Query(ctx, `SELECT * FROM taskling.task_summary WHERE application_name = $1 AND task_name = $2`, app, task)
 	if err != nil {
-		return TaskSummary{}, false, fmt.Errorf("task %s/%s: %w", app, task, err)
+		return tasklingtype.TaskInfo{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
-	out, err := pgx.CollectRows(rows, scanSummary)
+	defer rows.Close()
+	var t tasklingtype.TaskInfo
+	var id int64
+	if rows.Next() {
+		t, id, err = scanSummary(rows)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
 	if err != nil {
-		return TaskSummary{}, false, fmt.Errorf("task %s/%s: %w", app, task, err)
+		return tasklingtype.TaskInfo{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
-	if len(out) == 0 {
-		return TaskSummary{}, false, nil
-	}
-	return out[0], true, nil
+	return t, id, nil
 }
 
-func scanSummary(row pgx.CollectableRow) (TaskSummary, error) { return scanSummaryWith(row) }
-
-// scanSummaryWith scans a summary row after the leading columns into lead.
-func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
+// scanSummary scans a row of taskling.task_summary after the leading columns into lead, and
+// returns the task and its id. The limit and the enabled state in force, where each comes from,
+// the slots in use and whether the overrides fit the last declaration are judged here, from the
+// row's columns.
+func scanSummary(row pgx.Row, lead ...any) (tasklingtype.TaskInfo, int64, error) {
 	var (
-		t          TaskSummary
-		tokenText  string
-		ids        []int64
-		alive      []bool
-		lastID     *int64
-		lastStatus *string
-		lastAt     *time.Time
-		oldest     *time.Time
-		dLimit     *int
-		dBy        *string
-		dAt        *time.Time
-		rAt, sAt   *time.Time
-		rBy, sBy   *string
-		rEnabled   *bool
-		decl       declaredColumns
+		t                  tasklingtype.TaskInfo
+		id                 int64
+		tokenText          string
+		o                  execution.Overrides
+		dLimit, otherLimit *int
+		dBy, otherBy       *string
+		otherAt            *time.Time
+		ids                []int64
+		alive              []bool
+		lastID             *int64
+		lastStatus         *string
+		lastAt             *time.Time
+		rAt, sAt           *time.Time
+		rBy, sBy           *string
+		rEnabled           *bool
+		decl               declaredColumns
 	)
-	err := row.Scan(append(lead, &t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
-		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
-		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
-		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest,
-		&rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy, &decl.enabled, &decl.mode, &decl.interval, &decl.threshold,
-		&decl.overrideThreshold, &decl.by, &decl.at)...)
+	err := row.Scan(append(lead, &id, &t.Application, &t.Task, &tokenText, &t.Fence,
+		&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold,
+		&o.UpdatedAt, &dLimit, &dBy, &otherLimit, &otherBy, &otherAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting,
+		(*zeronull.Timestamptz)(&t.OldestWaitSince), &rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy,
+		&decl.enabled, &decl.mode, &decl.interval, &decl.threshold, &decl.overrideThreshold, &decl.by, &decl.at)...)
 	if err != nil {
-		return t, err
+		return t, 0, err
 	}
-	t.Declaration = decl.settings()
 	t.Retired, t.ScheduleRetired = retirementOf(rAt, rBy), retirementOf(sAt, sBy)
 	if t.Retired != nil {
-		t.Overrides.Enabled = rEnabled // the override as set; the row says disabled while retired
+		o.Enabled = rEnabled // the override as set; the row says disabled while retired
+	}
+	t.Overrides = settingsUpdate(o)
+	if o.UpdatedAt != nil {
+		t.OverridesUpdatedAt = *o.UpdatedAt
+	}
+	if dLimit != nil {
+		t.DeclaredLimit = *dLimit
+	}
+	if dBy != nil {
+		t.DeclaredBy = *dBy
 	}
 	switch {
-	case t.Overrides.ConcurrencyLimit != nil:
-		t.Limit, t.LimitSource = *t.Overrides.ConcurrencyLimit, limitSourceOverride
-	case t.DeclaredLimit != nil:
-		t.Limit, t.LimitSource = *t.DeclaredLimit, limitSourceDeclared
+	case o.ConcurrencyLimit != nil:
+		t.Limit, t.LimitSource = *o.ConcurrencyLimit, tasklingtype.LimitSourceOverride
+	case dLimit != nil:
+		t.Limit, t.LimitSource = *dLimit, tasklingtype.LimitSourceDeclared
 	default:
-		t.LimitSource = limitSourceNone
+		t.LimitSource = tasklingtype.LimitSourceNone
 	}
-	if oldest != nil {
-		t.OldestWait = *oldest
+	declared := decl.settings()
+	t.Enabled, t.EnabledSource = true, tasklingtype.LimitSourceNone
+	switch {
+	case t.Retired != nil:
+		t.Enabled, t.EnabledSource = false, tasklingtype.LimitSourceOverride // retiring disables it in its row
+	case o.Enabled != nil:
+		t.Enabled, t.EnabledSource = *o.Enabled, tasklingtype.LimitSourceOverride
+	case declared != nil:
+		t.Enabled, t.EnabledSource = declared.Enabled, tasklingtype.LimitSourceDeclared
 	}
-	if dLimit != nil && dAt != nil {
-		t.Dispute = &Dispute{Limit: *dLimit, At: *dAt}
-		if dBy != nil {
-			t.Dispute.Host = *dBy
+	t.SettingsError = settingsError(o, declared, dLimit)
+	if otherLimit != nil && otherAt != nil {
+		t.Disagreement = &tasklingtype.Disagreement{OtherLimit: *otherLimit, At: *otherAt}
+		if otherBy != nil {
+			t.Disagreement.OtherHost = *otherBy
 		}
 	}
 	if lastID != nil {
-		t.LastExecution = &LastExecution{ID: *lastID, Status: *lastStatus, StartedAt: *lastAt}
+		t.LastExecution = &tasklingtype.ExecutionRef{ID: *lastID, Status: tasklingtype.Status(*lastStatus), StartedAt: *lastAt}
 	}
+	if err := countSlots(&t, tokenText, ids, alive); err != nil {
+		return t, 0, err
+	}
+	return t, id, nil
+}
+
+// countSlots sets the slots in use, in total and retiring from the task's token list and the
+// liveness of its holders.
+func countSlots(t *tasklingtype.TaskInfo, tokenText string, ids []int64, alive []bool) error {
 	list, err := tokens.Parse(tokenText)
 	if err != nil {
-		return t, fmt.Errorf("task %s/%s: stored token list: %w", t.Application, t.Task, err)
+		return fmt.Errorf("task %s/%s: stored token list: %w", t.Application, t.Task, err)
 	}
 	live := map[int64]bool{}
 	liveCount := 0
@@ -181,7 +154,7 @@ func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
 	// The token list is reconciled to the limit in force by the next acquisition; report the
 	// limit in force, so that a changed limit shows at once.
 	t.SlotsTotal = list.Limit()
-	if t.LimitSource != limitSourceNone {
+	if t.LimitSource != tasklingtype.LimitSourceNone {
 		t.SlotsTotal = t.Limit
 	}
 	if list.IsUnlimited() {
@@ -194,32 +167,23 @@ func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
 			t.SlotsRetiring++
 		}
 	}
-	return t, nil
+	return nil
 }
 
-// Slot is one slot of a task and its holder, as `tasks show` shows it.
-type Slot struct {
-	TokenID uuid.UUID
-	// Status of the token: "held", "available", "retiring" or "unlimited" (one slot per running
-	// execution of an unlimited task).
-	Status string
-	Holder *Holder // nil for an available slot
-}
-
-// Holder is the execution a slot was granted to, judged on the DB clock.
-type Holder struct {
-	ExecutionID int64
-	// Found is false when the execution row is missing (the acquire then treats the slot as
-	// free); the other fields are then zero.
-	Found         bool
-	Host          string
-	StartedAt     time.Time
-	LastKeepAlive time.Time
-	HeartbeatAge  time.Duration // DB clock now − last heartbeat
-	Alive         bool
-	Fence         int64
-	ItemsDone     int64 // 0 when not set
-	ItemsTotal    int64
+// settingsUpdate is stored overrides as the public type holds them.
+func settingsUpdate(o execution.Overrides) tasklingtype.SettingsUpdate {
+	u := tasklingtype.SettingsUpdate{
+		ConcurrencyLimit:        o.ConcurrencyLimit,
+		Enabled:                 o.Enabled,
+		KeepAliveInterval:       o.KeepAliveInterval,
+		KeepAliveDeathThreshold: o.KeepAliveDeathThreshold,
+		OverrideThreshold:       o.OverrideThreshold,
+	}
+	if o.DeathMode != nil {
+		m := tasklingtype.DeathMode(*o.DeathMode)
+		u.DeathMode = &m
+	}
+	return u
 }
 
 // holderSQL reads the executions $1 holding a task's slots, judged on the DB clock.
@@ -237,8 +201,8 @@ ORDER BY e.id`
 // TaskSlots returns the slots of a task with their holders, in token-list order (for an
 // unlimited task: one slot per execution that may hold it). The token list and the holders are
 // read in one snapshot.
-func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
-	var out []Slot
+func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]tasklingtype.Slot, error) {
+	var out []tasklingtype.Slot
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var text, holdersText string
 		if err := tx.QueryRow(ctx, `SELECT tokens, holders FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text, &holdersText); err != nil {
@@ -264,12 +228,12 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 		if err != nil {
 			return err
 		}
-		holders := map[int64]*Holder{}
+		holders := map[int64]*tasklingtype.Holder{}
 		var order []int64
 		for rows.Next() {
-			h := &Holder{Found: true}
+			h := &tasklingtype.Holder{Found: true}
 			var ageUS int64
-			if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastKeepAlive, &ageUS, &h.Alive,
+			if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastHeartbeat, &ageUS, &h.Alive,
 				&h.Fence, &h.ItemsDone, &h.ItemsTotal); err != nil {
 				rows.Close()
 				return err
@@ -283,17 +247,17 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]Slot, error) {
 		}
 		if unlimited {
 			for _, id := range order {
-				out = append(out, Slot{TokenID: list.Tokens[0].ID, Status: tokens.Unlimited.String(), Holder: holders[id]})
+				out = append(out, tasklingtype.Slot{TokenID: list.Tokens[0].ID, Status: tasklingtype.SlotStatus(tokens.Unlimited.String()), Holder: holders[id]})
 			}
 			return nil
 		}
 		for _, tok := range list.Tokens {
-			slot := Slot{TokenID: tok.ID, Status: tok.Status.String()}
+			slot := tasklingtype.Slot{TokenID: tok.ID, Status: tasklingtype.SlotStatus(tok.Status.String())}
 			if (tok.Status == tokens.Held || tok.Status == tokens.Retiring) && tok.Grantee != 0 {
 				if h, ok := holders[tok.Grantee]; ok {
 					slot.Holder = h
 				} else {
-					slot.Holder = &Holder{ExecutionID: tok.Grantee}
+					slot.Holder = &tasklingtype.Holder{ExecutionID: tok.Grantee}
 				}
 			}
 			out = append(out, slot)

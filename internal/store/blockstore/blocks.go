@@ -16,9 +16,12 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/storedjson"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // ErrBlockLost: the block's attempt is no longer the caller's (another execution took the block
@@ -719,29 +722,6 @@ ch AS (
 )
 SELECT task_id FROM b`
 
-// BlockInfo is a block with its latest attempt's state, as operators see it.
-type BlockInfo struct {
-	BlockRow
-	// Live: the latest attempt has not ended and its execution runs; Dead: it has not ended and
-	// its execution does not run.
-	Live          bool    `db:"live"`
-	Dead          bool    `db:"dead"`
-	ForcePending  bool    `db:"force_pending"`
-	LatestMessage *string `db:"message"`
-	RetryLimit    int     `db:"retry_limit"`
-	AtRetryLimit  bool    `db:"at_retry_limit"`
-}
-
-// BlockCount is how many blocks of a task are in one status ("not_started", "started",
-// "completed", "failed", "dead"), and how many of them are at their retry limit.
-type BlockCount struct {
-	Application  string `db:"application_name"`
-	Task         string `db:"task_name"`
-	Status       string `db:"status"`
-	Blocks       int64  `db:"blocks"`
-	AtRetryLimit int64  `db:"at_retry_limit"`
-}
-
 // blockCountsSQL counts every task's blocks by status, a block not live and not ended counted
 // as dead.
 const blockCountsSQL = `
@@ -754,23 +734,29 @@ JOIN taskling.task_definition d ON d.id = b.task_id
 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
 
 // BlockCounts counts every task's blocks by status (for metrics).
-func (s *Store) BlockCounts(ctx context.Context) ([]BlockCount, error) {
-	var out []BlockCount
-	err := pgxscan.Select(ctx, s.db, &out, blockCountsSQL)
+func (s *Store) BlockCounts(ctx context.Context) ([]tasklingtype.BlockCount, error) {
+	rows, err := s.db.Query(ctx, blockCountsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("count blocks: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.BlockCount, error) {
+		var c tasklingtype.BlockCount
+		err := row.Scan(&c.Application, &c.Task, &c.Status, &c.Blocks, &c.AtRetryLimit)
+		return c, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("count blocks: %w", err)
 	}
 	return out, nil
 }
 
-// The block reads: each block with its latest attempt's state (live, dead, a pending force, its
-// message, its retry limit).
+// The block reads: each block with its latest attempt's state (dead, a pending force, its
+// message, its retry limit), in scanBlock's order.
 
 // executionBlocksSQL lists the blocks execution $1 attempted, by block id.
 const executionBlocksSQL = `
 SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
-    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
-    taskling.block_live(b) AS live,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id,
     b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
     EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
     (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
@@ -782,8 +768,7 @@ ORDER BY b.id`
 // taskBlocksSQL lists task $1's blocks, the newest $3 first; $2: only those at their retry limit.
 const taskBlocksSQL = `
 SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
-    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
-    taskling.block_live(b) AS live,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id,
     b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
     EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
     (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
@@ -795,8 +780,7 @@ ORDER BY b.id DESC LIMIT $3`
 // blockByIDSQL reads block $1.
 const blockByIDSQL = `
 SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
-    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done,
-    taskling.block_live(b) AS live,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id,
     b.status IN (taskling.block_status('not_started'), taskling.block_status('started')) AND NOT taskling.block_live(b) AS dead,
     EXISTS (SELECT 1 FROM taskling.forced_block f WHERE f.block_id = b.id AND f.taken_at IS NULL) AS force_pending,
     (SELECT a.message FROM taskling.block_attempt a WHERE a.block_id = b.id AND a.attempt = b.attempts) AS message,
@@ -804,10 +788,48 @@ SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_da
 FROM taskling.block b
 WHERE b.id = $1`
 
+// scanBlock scans a block read's columns. A block whose latest attempt did not end while its
+// execution no longer runs is dead; a NULL message reads as "".
+func scanBlock(row pgx.CollectableRow) (tasklingtype.BlockInfo, error) {
+	var (
+		b            tasklingtype.BlockInfo
+		kind, status int16
+		value        []byte // jsonb's text as is
+		dead         bool
+	)
+	err := row.Scan(&b.ID, &b.TaskID, &kind, &b.FromNumber, &b.ToNumber, &b.FromTime, &b.ToTime, &value, &b.ItemCount,
+		&b.CreatedAt, &b.Attempts, &status, &b.ExecutionID, &dead, &b.ForcePending, (*zeronull.Text)(&b.Message),
+		&b.RetryLimit, &b.AtRetryLimit)
+	b.Kind = codes.Name("block_kind", kind)
+	if b.Kind == "" {
+		b.Kind = fmt.Sprintf("BlockKind(%d)", kind)
+	}
+	b.Status = blockStatus(status, dead)
+	b.Value, b.ValueError = storedjson.Read(value)
+	return b, err
+}
+
+// blockStatus names a block's, or an attempt's, stored status: dead when it did not end and its
+// execution no longer runs.
+func blockStatus(code int16, dead bool) tasklingtype.BlockStatus {
+	if dead {
+		return tasklingtype.BlockDead
+	}
+	return tasklingtype.BlockStatus(codes.Name("block_status", code))
+}
+
+// blocks runs a block read.
+func (s *Store) blocks(ctx context.Context, sql string, args ...any) ([]tasklingtype.BlockInfo, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanBlock)
+}
+
 // ExecutionBlocks lists the blocks an execution attempted, by block id.
-func (s *Store) ExecutionBlocks(ctx context.Context, executionID int64) ([]BlockInfo, error) {
-	var out []BlockInfo
-	err := pgxscan.Select(ctx, s.db, &out, executionBlocksSQL, executionID)
+func (s *Store) ExecutionBlocks(ctx context.Context, executionID int64) ([]tasklingtype.BlockInfo, error) {
+	out, err := s.blocks(ctx, executionBlocksSQL, executionID)
 	if err != nil {
 		return nil, fmt.Errorf("blocks of execution %d: %w", executionID, err)
 	}
@@ -822,12 +844,11 @@ type TaskBlocksFilter struct {
 }
 
 // TaskBlocks lists a task's blocks, newest first.
-func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter) ([]BlockInfo, error) {
+func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter) ([]tasklingtype.BlockInfo, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	var out []BlockInfo
-	err := pgxscan.Select(ctx, s.db, &out, taskBlocksSQL, taskID, f.AtLimit, f.Limit)
+	out, err := s.blocks(ctx, taskBlocksSQL, taskID, f.AtLimit, f.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("blocks of task %d: %w", taskID, err)
 	}
@@ -835,30 +856,15 @@ func (s *Store) TaskBlocks(ctx context.Context, taskID int64, f TaskBlocksFilter
 }
 
 // BlockByID returns one block.
-func (s *Store) BlockByID(ctx context.Context, id int64) (BlockInfo, bool, error) {
-	var out []BlockInfo
-	if err := pgxscan.Select(ctx, s.db, &out, blockByIDSQL, id); err != nil {
-		return BlockInfo{}, false, fmt.Errorf("block %d: %w", id, err)
+func (s *Store) BlockByID(ctx context.Context, id int64) (tasklingtype.BlockInfo, bool, error) {
+	out, err := s.blocks(ctx, blockByIDSQL, id)
+	if err != nil {
+		return tasklingtype.BlockInfo{}, false, fmt.Errorf("block %d: %w", id, err)
 	}
 	if len(out) == 0 {
-		return BlockInfo{}, false, nil
+		return tasklingtype.BlockInfo{}, false, nil
 	}
 	return out[0], true, nil
-}
-
-// BlockAttempt is one attempt of a block.
-type BlockAttempt struct {
-	Attempt     int        `db:"attempt"`
-	ExecutionID int64      `db:"execution_id"`
-	Status      int16      `db:"status"`
-	Forced      bool       `db:"forced"`
-	CreatedAt   time.Time  `db:"created_at"`
-	StartedAt   *time.Time `db:"started_at"`
-	EndedAt     *time.Time `db:"ended_at"`
-	ItemsDone   *int64     `db:"items_done"`
-	Message     *string    `db:"message"`
-	// Dead: not ended, and its execution no longer runs or a later attempt took the block.
-	Dead bool `db:"dead"`
 }
 
 // blockAttemptsSQL lists block $1's attempts, each judged like the block (taskling.execution_status,
@@ -879,10 +885,22 @@ LEFT JOIN taskling.session s ON s.id = e.session_id
 WHERE a.block_id = $1
 ORDER BY a.attempt`
 
-// BlockAttempts lists a block's attempts, first first.
-func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]BlockAttempt, error) {
-	var out []BlockAttempt
-	err := pgxscan.Select(ctx, s.db, &out, blockAttemptsSQL, id)
+// BlockAttempts lists a block's attempts, first first. One is dead when it did not end and its
+// execution no longer runs or a later attempt took the block; a NULL message reads as "".
+func (s *Store) BlockAttempts(ctx context.Context, id int64) ([]tasklingtype.BlockAttemptInfo, error) {
+	rows, err := s.db.Query(ctx, blockAttemptsSQL, id)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of block %d: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.BlockAttemptInfo, error) {
+		var a tasklingtype.BlockAttemptInfo
+		var status int16
+		var dead bool
+		err := row.Scan(&a.Attempt, &a.ExecutionID, &status, &a.Forced, &a.CreatedAt, &a.StartedAt, &a.EndedAt, &a.ItemsDone,
+			(*zeronull.Text)(&a.Message), &dead)
+		a.Status = blockStatus(status, dead)
+		return a, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("attempts of block %d: %w", id, err)
 	}

@@ -2,44 +2,43 @@ package historystore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/storedjson"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
-// ExecutionRow is one execution as the history queries return it.
-type ExecutionRow struct {
-	ID             int64      `db:"id"`
-	TaskID         int64      `db:"task_id"`
-	Status         string     `db:"status"`
-	StartedAt      time.Time  `db:"started_at"`
-	CompletedAt    *time.Time `db:"completed_at"`
-	LastKeepAlive  time.Time  `db:"last_keep_alive"`
-	Host           string     `db:"host_name"`
-	ReferenceValue *string    `db:"reference_value"`
-	Header         []byte     `db:"header"` // jsonb's text as is (a json.RawMessage would be parsed)
-	Failed         bool       `db:"failed"`
-	Blocked        bool       `db:"blocked"`
-	BlockedReason  *string    `db:"blocked_reason"`
-	Fence          *int64     `db:"fence"`
-	ItemsDone      *int64     `db:"items_done"`
-	ItemsTotal     *int64     `db:"items_total"`
-	ScheduledFor   *time.Time `db:"scheduled_for"`
-	ReclaimedAt    *time.Time `db:"reclaimed_at"`
-	LibraryVersion string     `db:"library_version"`
+// The execution reads list an execution's columns in scanExecution's order.
+
+// scanExecution scans an execution's columns, then into more the columns after them. NULL reads
+// as the zero value (zeronull), as tasklingtype.ExecutionInfo documents it.
+func scanExecution(row pgx.Row, more ...any) (tasklingtype.ExecutionInfo, error) {
+	var x tasklingtype.ExecutionInfo
+	var header []byte // jsonb's text as is (a json.RawMessage would be parsed)
+	err := row.Scan(append([]any{&x.ID, &x.Status, &x.StartedAt, (*zeronull.Timestamptz)(&x.CompletedAt), &x.LastHeartbeat,
+		&x.Host, (*zeronull.Text)(&x.ReferenceValue), &header, (*zeronull.Text)(&x.BlockedReason),
+		(*zeronull.Int8)(&x.FencingToken), (*zeronull.Int8)(&x.ItemsDone), (*zeronull.Int8)(&x.ItemsTotal),
+		(*zeronull.Timestamptz)(&x.ScheduledFor), (*zeronull.Timestamptz)(&x.ReclaimedAt), &x.LibraryVersion}, more...)...)
+	x.Header, x.HeaderError = storedjson.Read(header)
+	return x, err
+}
+
+func collectExecution(row pgx.CollectableRow) (tasklingtype.ExecutionInfo, error) {
+	return scanExecution(row)
 }
 
 // lastExecutionsSQL is served by task_execution_task_started_idx (task_id, started_at DESC, id DESC).
 const lastExecutionsSQL = `
-SELECT e.id, e.task_id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
+SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
-    e.header, e.failed OR coalesce(x.outcome = taskling.end_outcome('failed'), false) AS failed, e.blocked,
-    e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
+    e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
     taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
@@ -49,20 +48,28 @@ ORDER BY e.started_at DESC, e.id DESC
 LIMIT $2`
 
 // LastExecutions returns the task's last n executions, newest first.
-func (s *Store) LastExecutions(ctx context.Context, taskID int64, n int) ([]ExecutionRow, error) {
-	var out []ExecutionRow
-	if err := pgxscan.Select(ctx, s.db, &out, lastExecutionsSQL, taskID, n); err != nil {
+func (s *Store) LastExecutions(ctx context.Context, taskID int64, n int) ([]tasklingtype.ExecutionInfo, error) {
+	out, err := s.executions(ctx, lastExecutionsSQL, taskID, n)
+	if err != nil {
 		return nil, fmt.Errorf("last executions of task %d: %w", taskID, err)
 	}
 	return out, nil
 }
 
+// executions runs an execution read.
+func (s *Store) executions(ctx context.Context, sql string, args ...any) ([]tasklingtype.ExecutionInfo, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, collectExecution)
+}
+
 const executionSQL = `
-SELECT e.id, e.task_id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
+SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
-    e.header, e.failed OR coalesce(x.outcome = taskling.end_outcome('failed'), false) AS failed, e.blocked,
-    e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
+    e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
     taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version,
     d.application_name, d.task_name
 FROM taskling.task_execution e
@@ -71,31 +78,17 @@ LEFT JOIN taskling.session s ON s.id = e.session_id
 JOIN taskling.task_definition d ON d.id = e.task_id
 WHERE e.id = $1`
 
-// ExecutionOfTask is an execution with the names of its task.
-type ExecutionOfTask struct {
-	ExecutionRow
-	Application string `db:"application_name"`
-	Task        string `db:"task_name"`
-}
-
-// Execution returns one execution, or ok=false if there is none with that id.
-func (s *Store) Execution(ctx context.Context, id int64) (row ExecutionOfTask, ok bool, err error) {
-	var out []ExecutionOfTask
-	if err := pgxscan.Select(ctx, s.db, &out, executionSQL, id); err != nil {
-		return row, false, fmt.Errorf("execution %d: %w", id, err)
+// Execution returns one execution with the names of its task (without its events), or ok=false
+// if there is none with that id.
+func (s *Store) Execution(ctx context.Context, id int64) (d tasklingtype.ExecutionDetail, ok bool, err error) {
+	d.ExecutionInfo, err = scanExecution(s.db.QueryRow(ctx, executionSQL, id), &d.Application, &d.Task)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tasklingtype.ExecutionDetail{}, false, nil
 	}
-	if len(out) == 0 {
-		return row, false, nil
+	if err != nil {
+		return tasklingtype.ExecutionDetail{}, false, fmt.Errorf("execution %d: %w", id, err)
 	}
-	return out[0], true, nil
-}
-
-// Event is one event of an execution.
-type Event struct {
-	// Type is start, checkpoint, error, end or blocked (taskling.EventType's values).
-	Type       string
-	Message    string
-	OccurredAt time.Time
+	return d, true, nil
 }
 
 // eventsSQL returns an execution's events in order: the stored ones (checkpoints and errors;
@@ -123,16 +116,16 @@ SELECT type, message, at FROM (
 ORDER BY at, ord`
 
 // Events returns an execution's events in the order they happened.
-func (s *Store) Events(ctx context.Context, executionID int64) ([]Event, error) {
+func (s *Store) Events(ctx context.Context, executionID int64) ([]tasklingtype.ExecutionEvent, error) {
 	rows, err := s.db.Query(ctx, eventsSQL, executionID)
 	if err != nil {
 		return nil, fmt.Errorf("events of execution %d: %w", executionID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
-		var e Event
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.ExecutionEvent, error) {
+		var e tasklingtype.ExecutionEvent
 		var code int16
 		err := row.Scan(&code, &e.Message, &e.OccurredAt)
-		e.Type = codes.Name("event_type", code)
+		e.Type = tasklingtype.EventType(codes.Name("event_type", code))
 		return e, err
 	})
 	if err != nil {
@@ -144,11 +137,10 @@ func (s *Store) Events(ctx context.Context, executionID int64) ([]Event, error) 
 // scheduledExecutionsSQL reads task $1's executions with scheduled_for in [$2, $3], oldest instant
 // first (served by task_execution_scheduled_for_key).
 const scheduledExecutionsSQL = `
-SELECT e.id, e.task_id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
+SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
-    e.header, e.failed OR coalesce(x.outcome = taskling.end_outcome('failed'), false) AS failed, e.blocked,
-    e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
+    e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
     taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
@@ -158,9 +150,9 @@ ORDER BY e.scheduled_for`
 
 // ScheduledExecutions returns a task's executions with scheduled_for in [from, to], oldest
 // instant first.
-func (s *Store) ScheduledExecutions(ctx context.Context, taskID int64, from, to time.Time) ([]ExecutionRow, error) {
-	var out []ExecutionRow
-	if err := pgxscan.Select(ctx, s.db, &out, scheduledExecutionsSQL, taskID, from, to); err != nil {
+func (s *Store) ScheduledExecutions(ctx context.Context, taskID int64, from, to time.Time) ([]tasklingtype.ExecutionInfo, error) {
+	out, err := s.executions(ctx, scheduledExecutionsSQL, taskID, from, to)
+	if err != nil {
 		return nil, fmt.Errorf("scheduled executions of task %d: %w", taskID, err)
 	}
 	return out, nil
@@ -182,11 +174,10 @@ type ExecutionsQuery struct {
 // walks, since the status is derived.
 const executionsPageSQL = `
 SELECT * FROM (
-    SELECT e.id, e.task_id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
+    SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
         taskling.execution_completed_at(e, x) AS completed_at,
         taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
-        e.header, e.failed OR coalesce(x.outcome = taskling.end_outcome('failed'), false) AS failed, e.blocked,
-        e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
+        e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
         taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
     FROM taskling.task_execution e
     LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
@@ -199,11 +190,11 @@ ORDER BY page.started_at DESC, page.id DESC
 LIMIT $4`
 
 // Executions returns a page of a task's executions, newest first, and whether more follow.
-func (s *Store) Executions(ctx context.Context, q ExecutionsQuery) (rows []ExecutionRow, more bool, err error) {
+func (s *Store) Executions(ctx context.Context, q ExecutionsQuery) (rows []tasklingtype.ExecutionInfo, more bool, err error) {
 	if q.Limit < 1 {
 		return nil, false, fmt.Errorf("executions page limit is %d; want at least 1", q.Limit)
 	}
-	if err := pgxscan.Select(ctx, s.db, &rows, executionsPageSQL, q.TaskID, q.BeforeID, q.Status, q.Limit+1); err != nil {
+	if rows, err = s.executions(ctx, executionsPageSQL, q.TaskID, q.BeforeID, q.Status, q.Limit+1); err != nil {
 		return nil, false, fmt.Errorf("executions of task %d: %w", q.TaskID, err)
 	}
 	if len(rows) > q.Limit {

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
+
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // The task page's slot timeline and per-minute chart (the dashboard). Both read one window of a
@@ -75,39 +78,9 @@ WITH c AS (
 )
 SELECT * FROM starts UNION ALL SELECT * FROM reclaims`
 
-// TimelineBar is one execution that held a slot of the task during the window.
-type TimelineBar struct {
-	ID        int64
-	Host      string
-	StartedAt time.Time
-	// EndedAt is when it stopped holding its slot; nil while it runs.
-	EndedAt     *time.Time
-	Status      string // in_progress, completed, failed or dead
-	ReclaimedAt *time.Time
-	Fence       *int64
-}
-
-// MinuteCount is the grants, denials and reclaims of one minute.
-type MinuteCount struct {
-	Minute                    time.Time // its start, UTC
-	Grants, Denials, Reclaims int64
-}
-
-// Timeline is a window of a task's slot use.
-type Timeline struct {
-	From, Now time.Time // the window, on the database clock
-	// Bars are the executions that held a slot during the window, the newest first, at most the
-	// number asked; Truncated says there were more.
-	Bars      []TimelineBar
-	Truncated bool
-	// Minutes are the minutes with any grant, denial or reclaim, in no order (a minute may come
-	// twice: once with its starts, once with its reclaims).
-	Minutes []MinuteCount
-}
-
 // Timeline returns the slot use of task taskID over the last window, with at most maxBars bars.
-func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration, maxBars int) (Timeline, error) {
-	var out Timeline
+func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration, maxBars int) (tasklingtype.TaskTimeline, error) {
+	var out tasklingtype.TaskTimeline
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, `SELECT now(), now() - $1::interval`, window).Scan(&out.Now, &out.From); err != nil {
 			return err
@@ -116,9 +89,10 @@ func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration
 		if err != nil {
 			return err
 		}
-		out.Bars, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (TimelineBar, error) {
-			var b TimelineBar
-			err := row.Scan(&b.ID, &b.Host, &b.StartedAt, &b.EndedAt, &b.Status, &b.ReclaimedAt, &b.Fence)
+		out.Bars, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.TimelineBar, error) {
+			var b tasklingtype.TimelineBar // NULL reads as zero: still running, never reclaimed, denied
+			err := row.Scan(&b.ExecutionID, &b.Host, &b.StartedAt, (*zeronull.Timestamptz)(&b.EndedAt), &b.Status,
+				(*zeronull.Timestamptz)(&b.ReclaimedAt), (*zeronull.Int8)(&b.FencingToken))
 			return b, err
 		})
 		if err != nil {
@@ -131,8 +105,8 @@ func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration
 		if err != nil {
 			return err
 		}
-		out.Minutes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (MinuteCount, error) {
-			var m MinuteCount
+		out.Minutes, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.TimelineMinute, error) {
+			var m tasklingtype.TimelineMinute
 			var minute int64
 			err := row.Scan(&minute, &m.Grants, &m.Denials, &m.Reclaims)
 			m.Minute = time.Unix(minute*60, 0).UTC()
@@ -141,7 +115,7 @@ func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration
 		return err
 	})
 	if err != nil {
-		return Timeline{}, fmt.Errorf("timeline of task %d: %w", taskID, err)
+		return tasklingtype.TaskTimeline{}, fmt.Errorf("timeline of task %d: %w", taskID, err)
 	}
 	return out, nil
 }

@@ -11,8 +11,10 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // ScheduleDef is a schedule as registered. CatchUp and Overlap are the ordinals of
@@ -122,7 +124,7 @@ SELECT task_id FROM u`
 
 // scheduleEventsSQL reads task $1's last $2 schedule events, newest first (schedule_event_task_idx).
 const scheduleEventsSQL = `
-SELECT id, taskling.schedule_event_name(kind) AS kind, first_instant, last_instant, instants, detail, host_name, recorded_at
+SELECT taskling.schedule_event_name(kind) AS kind, first_instant, last_instant, instants, detail, host_name, recorded_at
 FROM taskling.schedule_event WHERE task_id = $1
 ORDER BY id DESC
 LIMIT $2`
@@ -199,22 +201,19 @@ func (s *Store) AdvanceSchedule(ctx context.Context, taskID int64, host string, 
 	return len(ids) == 1, nil
 }
 
-// ScheduleEventRow is one recorded schedule event.
-type ScheduleEventRow struct {
-	ID         int64      `db:"id"`
-	Kind       string     `db:"kind"`
-	First      *time.Time `db:"first_instant"`
-	Last       *time.Time `db:"last_instant"`
-	Instants   int64      `db:"instants"`
-	Detail     *string    `db:"detail"`
-	Host       string     `db:"host_name"`
-	RecordedAt time.Time  `db:"recorded_at"`
-}
-
 // ScheduleEvents returns a task's last n schedule events, newest first (schedule_event_task_idx).
-func (s *Store) ScheduleEvents(ctx context.Context, taskID int64, n int) ([]ScheduleEventRow, error) {
-	var out []ScheduleEventRow
-	err := pgxscan.Select(ctx, s.db, &out, scheduleEventsSQL, taskID, n)
+// A registration's NULL range and detail read as zero.
+func (s *Store) ScheduleEvents(ctx context.Context, taskID int64, n int) ([]tasklingtype.ScheduleEvent, error) {
+	rows, err := s.db.Query(ctx, scheduleEventsSQL, taskID, n)
+	if err != nil {
+		return nil, fmt.Errorf("schedule events of task %d: %w", taskID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.ScheduleEvent, error) {
+		var e tasklingtype.ScheduleEvent
+		err := row.Scan(&e.Kind, (*zeronull.Timestamptz)(&e.First), (*zeronull.Timestamptz)(&e.Last), &e.Instants,
+			(*zeronull.Text)(&e.Detail), &e.Host, &e.RecordedAt)
+		return e, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("schedule events of task %d: %w", taskID, err)
 	}

@@ -14,9 +14,12 @@ import (
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/codes"
+	"github.com/taskling-go/taskling/internal/storedjson"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // A submission is a durable request to run a task (migration 0007). Workers claim the first
@@ -140,7 +143,7 @@ WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiti
 const failStartSQL = `
 UPDATE taskling.submission
 SET attempts = attempts + 1,
-    status = CASE WHEN attempts + 1 >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts + 1 >= max_attempts THEN taskling.submission_status('dead') ELSE taskling.submission_status('waiting') END,
     finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END,
     last_error = 'attempt ' || (attempts + 1) || ' could not start: ' || $3,
     claimed_by = NULL, updated_at = clock_timestamp()
@@ -200,36 +203,12 @@ func (s *Store) RecoverSubmissions(ctx context.Context, taskID int64, reap execu
 	return ended + dead, nil
 }
 
-// SubmissionRow is a submission as the API shows it.
-type SubmissionRow struct {
-	ID                int64      `db:"id"`
-	TaskID            int64      `db:"task_id"`
-	Application       string     `db:"application_name"`
-	Task              string     `db:"task_name"`
-	Status            int16      `db:"status"`
-	Position          int        `db:"position"` // 1 = next; 0 unless waiting
-	Priority          int        `db:"priority"`
-	ReferenceValue    *string    `db:"reference_value"`
-	Header            []byte     `db:"header"`
-	Attempts          int        `db:"attempts"`
-	MaxAttempts       int        `db:"max_attempts"`
-	ExecutionID       *int64     `db:"execution_id"`
-	ItemsDone         *int64     `db:"items_done"`
-	ItemsTotal        *int64     `db:"items_total"`
-	LastError         *string    `db:"last_error"`
-	CancelRequestedAt *time.Time `db:"cancel_requested_at"`
-	CancelReason      *string    `db:"cancel_reason"`
-	SubmittedAt       time.Time  `db:"submitted_at"`
-	UpdatedAt         time.Time  `db:"updated_at"`
-	FinishedAt        *time.Time `db:"finished_at"`
-}
-
 // The submission reads: each submission with its task and the progress of its current or last
 // execution e. The position counts the waiting submissions ahead (priority, then age).
 
 // submissionSQL reads submission $1.
 const submissionSQL = `
-SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+SELECT sub.id, d.application_name, d.task_name, sub.status,
     CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
         SELECT count(*) FROM taskling.submission a
         WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
@@ -245,7 +224,7 @@ WHERE sub.id = $1`
 // submissionsSQL lists task $1's submissions of status $2 (0: any) with ids below $3 (0: any),
 // the newest $4 first.
 const submissionsSQL = `
-SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+SELECT sub.id, d.application_name, d.task_name, sub.status,
     CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
         SELECT count(*) FROM taskling.submission a
         WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
@@ -263,7 +242,7 @@ LIMIT $4`
 // waitingSubmissionsSQL lists task $1's waiting submissions with ids below $3 (0: any) in queue
 // order, at most $4 ($2 is the waiting status).
 const waitingSubmissionsSQL = `
-SELECT sub.id, sub.task_id, d.application_name, d.task_name, sub.status,
+SELECT sub.id, d.application_name, d.task_name, sub.status,
     CASE WHEN sub.status = taskling.submission_status('waiting') THEN 1 + (
         SELECT count(*) FROM taskling.submission a
         WHERE a.task_id = sub.task_id AND a.status = taskling.submission_status('waiting')
@@ -278,14 +257,45 @@ WHERE sub.task_id = $1 AND sub.status = $2 AND ($3 = 0 OR sub.id < $3)
 ORDER BY sub.priority DESC, sub.id
 LIMIT $4`
 
+// scanSubmission scans a submission read's columns. NULL reads as the zero value (zeronull), as
+// tasklingtype.Submission documents it.
+func scanSubmission(row pgx.CollectableRow) (tasklingtype.Submission, error) {
+	var (
+		x               tasklingtype.Submission
+		status          int16
+		header          []byte // jsonb's text as is
+		cancelRequested *time.Time
+	)
+	err := row.Scan(&x.ID, &x.Application, &x.Task, &status, &x.Position, &x.Priority, (*zeronull.Text)(&x.ReferenceValue),
+		&header, &x.Attempts, &x.MaxAttempts, (*zeronull.Int8)(&x.ExecutionID), (*zeronull.Int8)(&x.ItemsDone),
+		(*zeronull.Int8)(&x.ItemsTotal), (*zeronull.Text)(&x.LastError), &cancelRequested, (*zeronull.Text)(&x.CancelReason),
+		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt)
+	x.Status = tasklingtype.SubmissionStatus(codes.Name("submission_status", status))
+	if x.Status == "" {
+		x.Status = tasklingtype.SubmissionStatus(fmt.Sprintf("unknown(%d)", status))
+	}
+	x.Header, x.HeaderError = storedjson.Read(header)
+	x.CancelRequested = cancelRequested != nil
+	return x, err
+}
+
+// submissions runs a submission read.
+func (s *Store) submissions(ctx context.Context, sql string, args ...any) ([]tasklingtype.Submission, error) {
+	rows, err := s.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSubmission)
+}
+
 // Submission returns one submission; ok is false when there is none with that id.
-func (s *Store) Submission(ctx context.Context, id int64) (row SubmissionRow, ok bool, err error) {
-	var out []SubmissionRow
-	if err := pgxscan.Select(ctx, s.db, &out, submissionSQL, id); err != nil {
-		return row, false, fmt.Errorf("submission %d: %w", id, err)
+func (s *Store) Submission(ctx context.Context, id int64) (tasklingtype.Submission, bool, error) {
+	out, err := s.submissions(ctx, submissionSQL, id)
+	if err != nil {
+		return tasklingtype.Submission{}, false, fmt.Errorf("submission %d: %w", id, err)
 	}
 	if len(out) == 0 {
-		return row, false, nil
+		return tasklingtype.Submission{}, false, nil
 	}
 	return out[0], true, nil
 }
@@ -299,28 +309,26 @@ type SubmissionFilter struct {
 
 // Submissions returns the task's submissions, newest first; waiting ones are in queue order
 // when Status is codes.SubmissionWaiting.
-func (s *Store) Submissions(ctx context.Context, taskID int64, f SubmissionFilter) ([]SubmissionRow, error) {
+func (s *Store) Submissions(ctx context.Context, taskID int64, f SubmissionFilter) ([]tasklingtype.Submission, error) {
 	q := submissionsSQL
 	if f.Status == codes.SubmissionWaiting {
 		q = waitingSubmissionsSQL
 	}
-	var out []SubmissionRow
-	if err := pgxscan.Select(ctx, s.db, &out, q, taskID, f.Status, f.Before, f.Limit); err != nil {
+	out, err := s.submissions(ctx, q, taskID, f.Status, f.Before, f.Limit)
+	if err != nil {
 		return nil, fmt.Errorf("submissions of task %d: %w", taskID, err)
 	}
 	return out, nil
 }
 
-// SubmissionAttempt is one attempt of a submission.
-type SubmissionAttempt struct {
-	Attempt     int   `db:"attempt"`
-	ExecutionID int64 `db:"execution_id"`
-}
-
-// SubmissionAttempts lists a submission's attempts, first first.
-func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]SubmissionAttempt, error) {
-	var out []SubmissionAttempt
-	if err := pgxscan.Select(ctx, s.db, &out, `SELECT attempt, execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id); err != nil {
+// SubmissionAttempts lists the executions of a submission's attempts, first attempt first.
+func (s *Store) SubmissionAttempts(ctx context.Context, id int64) ([]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT execution_id FROM taskling.submission_attempt WHERE submission_id = $1 ORDER BY attempt`, id)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of submission %d: %w", id, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
 		return nil, fmt.Errorf("attempts of submission %d: %w", id, err)
 	}
 	return out, nil
