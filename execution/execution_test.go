@@ -38,7 +38,7 @@ func setup(t *testing.T) *testBundle {
 }
 
 // setupOn makes a store (a process) with a session of its own on pool.
-func setupOn(t *testing.T, pool *pgxpool.Pool, url string, opts *execution.Options) *testBundle {
+func setupOn(t testing.TB, pool *pgxpool.Pool, url string, opts *execution.Options) *testBundle {
 	t.Helper()
 	b := &testBundle{ctx: context.Background(), pool: pool, url: url, store: execution.NewStore(pool, opts)}
 	var err error

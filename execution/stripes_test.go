@@ -1,7 +1,10 @@
 package execution_test
 
 import (
+	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,5 +92,50 @@ func TestAMixedFleetTakesTheSameStripes(t *testing.T) {
 	require.LessOrEqual(t, maxHolders, 4)
 	for i, r := range retries {
 		require.Zero(t, r, "process %d retried", i)
+	}
+}
+
+// BenchmarkTasksSharingAStripe measures what sharing a stripe costs two unrelated tasks: two
+// processes, each with 4 goroutines cycling on its own task, where the tasks' ids share a stripe
+// or not (go test -run - -bench Stripe ./execution/).
+func BenchmarkTasksSharingAStripe(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		for _, ser := range []bool{false, true} {
+			b.Run(fmt.Sprintf("shared=%v/serializable=%v", shared, ser), func(b *testing.B) {
+				pool, url := pgtest.NewDB(b)
+				var bundles []*testBundle
+				for range 2 {
+					bundles = append(bundles, setupOn(b, pool, url, &execution.Options{Serializable: ser}))
+				}
+				ctx := context.Background()
+				first, err := bundles[0].store.EnsureTask(ctx, "app", "a")
+				require.NoError(b, err)
+				second := first
+				for i := 1; second == first || (second%64 == first%64) != shared; i++ {
+					second, err = bundles[1].store.EnsureTask(ctx, "app", fmt.Sprintf("b%d", i))
+					require.NoError(b, err)
+				}
+				bundles[0].taskID, bundles[1].taskID = first, second
+				b.ResetTimer()
+				var next atomic.Int64
+				var wg sync.WaitGroup
+				for _, t := range bundles {
+					for range 4 {
+						wg.Go(func() {
+							for next.Add(1) <= int64(b.N) {
+								res, err := t.store.Acquire(t.ctx, t.request(4))
+								if err != nil || res.Denied != execution.NotDenied {
+									continue
+								}
+								_, _ = t.store.Release(t.ctx, execution.ReleaseRequest{TaskID: t.taskID, TaskName: "app/task",
+									ExecutionID: res.ExecutionID, TokenID: res.TokenID})
+							}
+						})
+					}
+				}
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "cycles/s")
+			})
+		}
 	}
 }
