@@ -65,9 +65,11 @@ type PatroniOptions struct {
 	Mode ReplicationMode
 	// SearchPath is as in Options.
 	SearchPath []string
-	// EtcdAddress, when set, returns the address the Patroni of node name dials to reach etcd at
-	// addr (host:port): a fault proxy in front of it, say. Default: addr.
-	EtcdAddress func(node, addr string) (string, error)
+	// Proxy, when set, returns the address through which addr (host:port) is reached: for service
+	// "etcd", etcd by the Patroni of node; for "postgres", node's server by the other nodes
+	// (streaming, pg_basebackup, pg_rewind; it is the connect_address Patroni publishes). A fault
+	// proxy, say. Clients (URL) always reach the servers directly. Default: addr.
+	Proxy func(node, service, addr string) (string, error)
 }
 
 // The Patroni settings of every cluster NewPatroni makes.
@@ -309,16 +311,16 @@ func (p *Patroni) withLog(err error, nodes ...*PatroniNode) error {
 // writeConfig writes node n's Patroni configuration (JSON, which is YAML), readable by its
 // server's OS user alone: it holds the password.
 func (p *Patroni) writeConfig(n *PatroniNode) error {
-	etcdAddr := p.etcd.clientAddr()
-	if p.opts.EtcdAddress != nil {
-		a, err := p.opts.EtcdAddress(n.Name, etcdAddr)
-		if err != nil {
-			return fmt.Errorf("pgcluster: the etcd address of %s: %w", n.Name, err)
-		}
-		etcdAddr = a
+	etcdAddr, err := p.proxy(n, "etcd", p.etcd.clientAddr())
+	if err != nil {
+		return err
+	}
+	pgAddr, apiAddr := hostPort(n.pgPort), hostPort(n.apiPort)
+	published, err := p.proxy(n, "postgres", pgAddr)
+	if err != nil {
+		return err
 	}
 	sync := p.opts.Mode == Synchronous
-	pgAddr, apiAddr := hostPort(n.pgPort), hostPort(n.apiPort)
 	role := func(name string) map[string]string {
 		return map[string]string{"username": name, "password": p.password}
 	}
@@ -338,7 +340,7 @@ func (p *Patroni) writeConfig(n *PatroniNode) error {
 			"initdb": []any{map[string]string{"encoding": "UTF8"}, map[string]string{"locale": "C"}, map[string]string{"auth": "scram-sha-256"}},
 		},
 		"postgresql": map[string]any{
-			"listen": pgAddr, "connect_address": pgAddr, "data_dir": n.dataDir, "bin_dir": p.binDir,
+			"listen": pgAddr, "connect_address": published, "data_dir": n.dataDir, "bin_dir": p.binDir,
 			"pgpass":         filepath.Join(n.dir, "pgpass"),
 			"authentication": map[string]any{"superuser": role(superuser), "replication": role(replicationRole), "rewind": role(superuser)},
 			"parameters":     map[string]any{"unix_socket_directories": filepath.Join(n.dir, "sock")},
@@ -356,6 +358,18 @@ func (p *Patroni) writeConfig(n *PatroniNode) error {
 		return err
 	}
 	return p.chown(n.config)
+}
+
+// proxy is the address through which n (or, for "etcd", n's Patroni) reaches addr.
+func (p *Patroni) proxy(n *PatroniNode, service, addr string) (string, error) {
+	if p.opts.Proxy == nil {
+		return addr, nil
+	}
+	a, err := p.opts.Proxy(n.Name, service, addr)
+	if err != nil {
+		return "", fmt.Errorf("pgcluster: the %s address of %s: %w", service, n.Name, err)
+	}
+	return a, nil
 }
 
 // writeCtlConfig writes patronictl's configuration: the cluster's scope, etcd reached directly.
