@@ -93,7 +93,8 @@ type Grant struct {
 	// LostCompletion is when a primary that died recorded the grant's completion, which the
 	// primary that took over never had (zero: none). The holder's Complete succeeded then; the
 	// new primary still counted the slot as held, until it reclaimed it (a slot kept too long,
-	// never one handed out twice).
+	// never one handed out twice). A Lost grant may have one too: its holder completed it on the
+	// old primary before that primary stopped.
 	LostCompletion time.Time
 }
 

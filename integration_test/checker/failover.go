@@ -37,11 +37,11 @@ func KeyOf(exec int64, host string, grantedAt time.Time) GrantKey {
 // MergeTimelines joins the grants the surviving primary holds (final) with those each killed
 // primary held when it died (read from its data directory afterwards). A killed primary's grant
 // that the final primary does not have (same execution, host and grant time) was lost in a
-// failover: it is added with Lost set, once however many killed primaries had it. A grant the
-// final primary has without a completion, which a killed primary saw complete, gets
-// LostCompletion. A lost grant whose execution id the merged history already uses is given a
-// new, negative id; renamed maps its key to that id, so that the ledgers' events of it can follow
-// (RenameLedger).
+// failover: it is added with Lost set, once however many killed primaries had it (with
+// LostCompletion if one saw it complete). A grant the final primary has without a completion,
+// which a killed primary saw complete, gets LostCompletion. A lost grant whose execution id the
+// merged history already uses is given a new, negative id; renamed maps its key to that id, so
+// that the ledgers' events of it can follow (RenameLedger).
 func MergeTimelines(final []Grant, killed ...[]Grant) (merged []Grant, renamed map[GrantKey]int64) {
 	renamed = map[GrantKey]int64{}
 	seen := map[GrantKey]int{} // → its index in final, or -1 for a lost grant
@@ -64,6 +64,10 @@ func MergeTimelines(final []Grant, killed ...[]Grant) (merged []Grant, renamed m
 			seen[k] = -1
 			g.Lost = true
 			// Never ended: whatever the dead primary recorded after it, the new one never knew.
+			// A completion it recorded is kept as lost: its holder's Complete succeeded.
+			if g.ReclaimedAt.IsZero() {
+				g.LostCompletion = g.CompletedAt
+			}
 			g.CompletedAt, g.ReclaimedAt, g.Failed = time.Time{}, time.Time{}, false
 			lost = append(lost, g)
 		}

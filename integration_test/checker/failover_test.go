@@ -91,6 +91,10 @@ func TestCheckerCatchesFailoverHazards(t *testing.T) {
 		{"Complete of a lost grant succeeded", "c", "no completion", func(h *History) {
 			h.Holds[1].Result = ledger.ResultOK
 		}},
+		{"Complete of a lost grant succeeded on no primary", "c", "no completion", func(h *History) {
+			h.Holds[1].Result = ledger.ResultOK
+			h.Grants[1].LostCompletion = time.Time{}
+		}},
 		{"a lost grant after the last switch", "h", "after the last failover", func(h *History) {
 			h.Switches[0].Killed = at(150)
 		}},
@@ -155,7 +159,7 @@ func TestMergeTimelines(t *testing.T) {
 			lost[m.Exec] = m
 		}
 	}
-	if len(lost) != 2 || !lost[3].CompletedAt.IsZero() || lost[-5].Host != "w2" {
+	if len(lost) != 2 || !lost[3].CompletedAt.IsZero() || !lost[3].LostCompletion.Equal(at(250)) || lost[-5].Host != "w2" {
 		t.Fatalf("lost grants %+v", lost)
 	}
 	if !merged[3].LostCompletion.Equal(at(450)) || !merged[0].LostCompletion.IsZero() || !merged[1].LostCompletion.IsZero() {

@@ -67,8 +67,10 @@ type PatroniOptions struct {
 	SearchPath []string
 	// Proxy, when set, returns the address through which addr (host:port) is reached: for service
 	// "etcd", etcd by the Patroni of node; for "postgres", node's server by the other nodes
-	// (streaming, pg_basebackup, pg_rewind; it is the connect_address Patroni publishes). A fault
-	// proxy, say. Clients (URL) always reach the servers directly. Default: addr.
+	// (streaming, pg_basebackup, pg_rewind); for "api", node's Patroni REST API by the others
+	// (the leader race compares the members' WAL positions through it) and by patronictl. The
+	// last two are the connect addresses Patroni publishes. A fault proxy, say. Clients (URL),
+	// and this package's Status, always go direct. Default: addr.
 	Proxy func(node, service, addr string) (string, error)
 }
 
@@ -320,13 +322,17 @@ func (p *Patroni) writeConfig(n *PatroniNode) error {
 	if err != nil {
 		return err
 	}
+	apiPublished, err := p.proxy(n, "api", apiAddr)
+	if err != nil {
+		return err
+	}
 	sync := p.opts.Mode == Synchronous
 	role := func(name string) map[string]string {
 		return map[string]string{"username": name, "password": p.password}
 	}
 	cfg := map[string]any{
 		"scope": patroniScope, "namespace": "/taskling/", "name": n.Name,
-		"restapi": map[string]any{"listen": apiAddr, "connect_address": apiAddr},
+		"restapi": map[string]any{"listen": apiAddr, "connect_address": apiPublished},
 		// use_proxies: dial the address given, not the members etcd advertises (past a proxy).
 		"etcd3": map[string]any{"hosts": []string{etcdAddr}, "protocol": "http", "use_proxies": true},
 		"bootstrap": map[string]any{
