@@ -152,7 +152,11 @@ func (r *patroniRun) etcdDown(ctx context.Context, f *patroniFault) {
 	if n := r.watch.writableNode(); n != "" {
 		r.t.Errorf("etcd down: %s still writable after %s", n, pgcluster.PatroniTTL)
 	} else {
+		// The error names each server and why it refused: read-only, or down.
 		f.startErr = r.startWhileNoLeader(ctx)
+		if !strings.Contains(f.startErr, "failed to connect") || !strings.Contains(f.startErr, "read only") {
+			r.t.Errorf("etcd down: a start while no node led failed with an unclear error: %s", f.startErr)
+		}
 	}
 	time.Sleep(time.Until(f.injected.Add(pgcluster.PatroniTTL + 2*time.Second)))
 	f.from = time.Now()

@@ -94,7 +94,7 @@ func (r *patroniRun) switchIndexAfter(t time.Time) int {
 }
 
 // printPatroni prints the run's figures: a line per fault, then a table per fault kind.
-func (r *patroniRun) printPatroni(h checker.History, rep checker.Report, renamed map[checker.GrantKey]int64, took time.Duration) {
+func (r *patroniRun) printPatroni(h checker.History, rep checker.Report, figs []faultFigures, renamed map[checker.GrantKey]int64, took time.Duration) {
 	var b strings.Builder
 	pp := r.pprof
 	fmt.Fprintf(&b, "\nPatroni run (%s replication, %s profile): %d processes × %d goroutines + 1 process of Work, %d faults, %s in all, threshold %s, heartbeat %s, lease %s, holds %s–%s; Patroni ttl %s, loop_wait %s, retry_timeout %s\n",
@@ -109,7 +109,6 @@ func (r *patroniRun) printPatroni(h checker.History, rep checker.Report, renamed
 		}
 		fmt.Fprintf(&b, "  %-44s %d (limit %d, max %d at once)\n", "grants of "+task, n, limit, rep.MaxHolders[task])
 	}
-	figs := r.figuresOfFaults(h, rep)
 	for i, f := range r.faults {
 		fmt.Fprintf(&b, "  %d. %s: first grant %s after %s; lost %d seen, %d unseen; %s\n", i+1, f.kind, figs[i].firstGrant.Round(time.Millisecond),
 			map[bool]string{true: "etcd's return", false: "the fault"}[f.kind == fEtcdDown], figs[i].lost, figs[i].lostUnseen, strings.Join(f.did, "; "))

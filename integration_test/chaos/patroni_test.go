@@ -147,7 +147,14 @@ func testPatroni(t *testing.T, mode pgcluster.ReplicationMode) {
 	r.logf("workers stopped")
 	hist, renamed := r.collect(ctx)
 	rep := checker.Check(hist)
-	r.printPatroni(hist, rep, renamed, time.Since(began))
+	figs := r.figuresOfFaults(hist, rep)
+	r.printPatroni(hist, rep, figs, renamed, time.Since(began))
+	for i, f := range r.faults {
+		// No leader while etcd is down: once back, a leader within the ttl, then one threshold.
+		if bound := pgcluster.PatroniTTL + r.pprof.threshold + 5*time.Second; f.kind == fEtcdDown && (figs[i].firstGrant < 0 || figs[i].firstGrant > bound) {
+			t.Errorf("etcd down (round %d): first grant %s after etcd's return, want ≤ %s", f.round+1, figs[i].firstGrant, bound)
+		}
+	}
 	if !completed {
 		t.Errorf("not every submission completed within 2 minutes of the last fault")
 	}
