@@ -241,6 +241,9 @@ func (r *patroniRun) whatPatroniDid(f *patroniFault, pidBefore int, old *pgclust
 	if f.startErr != "" {
 		did = append(did, "a start while no node led: "+f.startErr)
 	}
+	if f.seen.IsZero() {
+		return did
+	}
 	return append(did, fmt.Sprintf("down %s", f.seen.Sub(f.injected).Round(time.Millisecond)))
 }
 

@@ -110,8 +110,12 @@ func (r *patroniRun) printPatroni(h checker.History, rep checker.Report, figs []
 		fmt.Fprintf(&b, "  %-44s %d (limit %d, max %d at once)\n", "grants of "+task, n, limit, rep.MaxHolders[task])
 	}
 	for i, f := range r.faults {
-		fmt.Fprintf(&b, "  %d. %s: first grant %s after %s; lost %d seen, %d unseen; %s\n", i+1, f.kind, figs[i].firstGrant.Round(time.Millisecond),
-			map[bool]string{true: "etcd's return", false: "the fault"}[f.kind == fEtcdDown], figs[i].lost, figs[i].lostUnseen, strings.Join(f.did, "; "))
+		first := "no grant on a new timeline"
+		if figs[i].firstGrant >= 0 {
+			first = fmt.Sprintf("first grant %s after %s", figs[i].firstGrant.Round(time.Millisecond),
+				map[bool]string{true: "etcd's return", false: "the fault"}[f.kind == fEtcdDown])
+		}
+		fmt.Fprintf(&b, "  %d. %s: %s; lost %d seen, %d unseen; %s\n", i+1, f.kind, first, figs[i].lost, figs[i].lostUnseen, strings.Join(f.did, "; "))
 	}
 	fmt.Fprintf(&b, "\n  %-26s %4s %10s %14s %22s %12s  %s\n", "fault", "runs", "violations", "fences reused", "→ first grant p50/p99", "grants lost", "what Patroni did")
 	for _, kind := range []string{fSwitchover, fPostmaster, fEtcdCut, fEtcdDown, fPatroniKill} {
