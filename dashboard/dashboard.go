@@ -16,34 +16,54 @@
 //	GET    /api/v1/tasks/{app}/{task}                    one task with its slots and their holders
 //	GET    /api/v1/tasks/{app}/{task}/executions         its executions, newest first (?status=&limit=&before=)
 //	GET    /api/v1/executions/{id}                       one execution with its events and progress
-//	PATCH  /api/v1/tasks/{app}/{task}/overrides          set operator overrides (token required)
-//	DELETE /api/v1/tasks/{app}/{task}/overrides          clear them (token required)
-//	POST   /api/v1/tasks/{app}/{task}/retire             retire the task, or its schedule only (token required)
-//	POST   /api/v1/tasks/{app}/{task}/unretire           unretire it (token required)
+//	PATCH  /api/v1/tasks/{app}/{task}/overrides          set operator overrides (operate role)
+//	DELETE /api/v1/tasks/{app}/{task}/overrides          clear them (operate role)
+//	POST   /api/v1/tasks/{app}/{task}/retire             retire the task, or its schedule only (operate role)
+//	POST   /api/v1/tasks/{app}/{task}/unretire           unretire it (operate role)
 //	GET    /api/v1/tasks/{app}/{task}/changes            its operator changes, newest first (?limit=&before=)
-//	POST   /api/v1/tasks/{app}/{task}/submissions        submit a run: 201 {"id"} (token required)
+//	POST   /api/v1/tasks/{app}/{task}/submissions        submit a run: 201 {"id"} (operate role)
 //	GET    /api/v1/tasks/{app}/{task}/submissions        its submissions (?status=&limit=&before=)
 //	GET    /api/v1/submissions/{id}                      one submission: status, position, attempts, progress
-//	POST   /api/v1/submissions/{id}/cancel               cancel it: 409 once finished (token required)
+//	POST   /api/v1/submissions/{id}/cancel               cancel it: 409 once finished (operate role)
 //	GET    /api/v1/executions/{id}/blocks                the blocks an execution attempted
 //	GET    /api/v1/tasks/{app}/{task}/blocks             its blocks (?at_retry_limit=true&limit=)
 //	GET    /api/v1/blocks/{id}                           one block with its attempts
-//	POST   /api/v1/blocks/{id}/force                     force it to run again (token required)
+//	POST   /api/v1/blocks/{id}/force                     force it to run again (operate role)
 //	GET    /metrics                                      the client's Prometheus metrics
 //	GET    /, /tasks/{app}/{task}, /submissions/{id},    the dashboard
 //	       /executions/{id}, /blocks/{id}
 //	GET    /login, POST /login, POST /logout             the dashboard's sign-in
 //
-// Access. Without Options.Token the handler is read-only: every read is public and every change
-// gets 403. With a token (at least 32 bytes):
-//   - reads — the API, the pages and /metrics — need it, unless Options.PublicReads (or, for
-//     /metrics alone, Options.PublicMetrics) opens them;
+// Access. The handler's principals are those of Options.PrincipalsFile, each with a name, a
+// role and the SHA-256 of its token, and Options.Token (TASKLING_API_TOKEN for `taskling serve`,
+// at least 32 bytes), the principal "token" of the operate role. The file is TOML:
+//
+//	[[principal]]
+//	name = "alice"              # 1 to 64 letters, digits and ._@+-
+//	role = "operate"            # or "read"
+//	token_sha256 = "…"          # lowercase hex of the SHA-256 of alice's token
+//
+// (`taskling tokens add alice --role operate --file FILE` makes a token and appends it). The
+// file is read again when it changes, within a second of the next request; a principal removed
+// or given a new token loses its sessions; an invalid file leaves only Options.Token signing in
+// until it is fixed (and is logged). With neither Token nor PrincipalsFile the handler is
+// read-only: every read is public and every change gets 403. With either (even a file without a
+// principal yet):
+//   - reads — the API, the pages and /metrics — need a principal, unless Options.PublicReads
+//     (or, for /metrics alone, Options.PublicMetrics) opens them; changes need one of the
+//     operate role (a read principal gets 403);
 //   - scripts and Prometheus send "Authorization: Bearer <token>";
-//   - a browser signs in once (the dashboard shows the form) and keeps a session cookie that is
-//     HttpOnly, SameSite=Strict, scoped to Options.BasePath and Secure behind TLS; its value is
-//     derived from the token, never the token itself. A change made with that cookie must also
-//     carry the X-Taskling-Request header, which the dashboard's own script sends and a
-//     cross-site form cannot.
+//   - a browser signs in once with its token (the dashboard shows the form) and keeps a session
+//     cookie: a random id, stored as its SHA-256 in the database (so every server sharing it
+//     knows the session, and signing out on one ends it on all), for 12 hours. It is HttpOnly,
+//     SameSite=Strict, scoped to Options.BasePath and Secure behind TLS. A change made with it
+//     must also carry the X-Taskling-Request header, which the dashboard's own script sends and
+//     a cross-site form cannot;
+//   - refused sign-ins (a wrong token on the form, or as a bearer token) are logged with the
+//     client's address, never the token; after 10 from one address within a minute, that
+//     address gets 429 for 60 s (counted in each handler's memory);
+//   - with Options.AllowedHosts, a request naming another host gets 421, whatever its
+//     credentials.
 //
 // A change with a body needs Content-Type: application/json; a body with anything after its
 // JSON object is refused. A submission's body, {"header", "reference_value", "priority",
@@ -52,9 +72,9 @@
 // fault; a 500 shows no details (they go to Options.Logger). Each request's database work is
 // bounded by Options.RequestTimeout.
 //
-// Every change is recorded in its task's changes as made by "api@ADDRESS" (the bearer token) or
-// "dashboard@ADDRESS" (a browser's session), ADDRESS being the client's; a body's optional "by"
-// (a retire's, an override's) or "forced_by" names someone before it: "alice (api@10.0.0.5)".
+// Every change is recorded in its task's changes with the principal that made it ("principal")
+// and, as its "by", the note a body gives — a retire's or an override's "by", a force's
+// "forced_by" — or else the principal's name.
 package dashboard
 
 import (
@@ -70,9 +90,18 @@ import (
 // Options configure the handler. A nil *Options, or the zero value, serves everything read-only
 // and without auth.
 type Options struct {
-	// Token enables changes and protects reads (see the package doc). "" means read-only. It must
-	// be at least 32 bytes. `taskling serve` reads it from TASKLING_API_TOKEN.
+	// Token is the single API token: the principal "token", of the operate role (see the package
+	// doc). It must be at least 32 bytes. `taskling serve` reads it from TASKLING_API_TOKEN.
 	Token string
+	// PrincipalsFile is the path of a principals file (see the package doc): named principals,
+	// each of the read or the operate role, known by the SHA-256 of their token. It is read by
+	// NewHandler (an invalid file is an error) and read again when it changes, within a second
+	// of the next request. With neither Token nor PrincipalsFile the handler is read-only.
+	PrincipalsFile string
+	// AllowedHosts are the host names (or addresses) requests may name in their Host header,
+	// ports ignored; another gets 421 Misdirected Request, whatever its credentials. nil (or
+	// "*" among them) allows any: the server it is mounted in decides.
+	AllowedHosts []string
 	// PublicReads serves reads (the API, the pages, /metrics) without the token; changes still
 	// need it.
 	PublicReads bool
@@ -81,7 +110,8 @@ type Options struct {
 	// BasePath is the path the handler is mounted at, like "/taskling/" (default "/"): the
 	// session cookie is scoped to it, and sign-in redirects stay under it.
 	BasePath string
-	// Logger receives the errors behind 500 responses. nil: no logging.
+	// Logger receives the errors behind 500 responses, refused sign-ins (with the client's
+	// address, never the token) and the principals file's problems. nil: no logging.
 	Logger *zap.Logger
 	// RefreshInterval of the dashboard's auto-refresh. Default 2s.
 	RefreshInterval time.Duration
@@ -97,13 +127,14 @@ type Options struct {
 const MinTokenLength = httpapi.MinTokenLength
 
 // NewHandler returns the handler serving client's tasks. It fails only on invalid Options (a
-// token shorter than MinTokenLength, a malformed BasePath) or a nil client.
+// token shorter than MinTokenLength, an unreadable or invalid principals file, a malformed
+// BasePath or allowed host) or a nil client.
 func NewHandler(client *taskling.Client, opts *Options) (http.Handler, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
 	return httpapi.New(client, &httpapi.Options{
-		Token: opts.Token, PublicReads: opts.PublicReads, PublicMetrics: opts.PublicMetrics, BasePath: opts.BasePath,
+		Token: opts.Token, PrincipalsFile: opts.PrincipalsFile, AllowedHosts: opts.AllowedHosts, PublicReads: opts.PublicReads, PublicMetrics: opts.PublicMetrics, BasePath: opts.BasePath,
 		Logger: opts.Logger, RefreshInterval: opts.RefreshInterval, RequestTimeout: opts.RequestTimeout,
 	})
 }

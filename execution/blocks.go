@@ -189,7 +189,9 @@ ORDER BY b.created_at, b.id`
 
 var (
 	claimForcedSQL = claimSQL(`b.id IN (SELECT f.block_id FROM taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL)`)
-	claimDeadSQL   = claimSQL(`b.status IN (1, 2) AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
+	// $9: 1 or 2, the dead blocks never started, or those started (TakeBlocks takes them in that
+	// order, each oldest first by block_pickup_idx).
+	claimDeadSQL   = claimSQL(`b.status = $9 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
 	claimFailedSQL = claimSQL(`b.status = 4 AND b.attempts <= $7 AND ` + ownerStartSQL + ` >= clock_timestamp() - $8::interval`)
 	claimRefSQL    = claimSQL(`($8 OR b.status <> 3) AND EXISTS (SELECT 1 FROM taskling.block_attempt a
         JOIN taskling.task_execution r ON r.id = a.execution_id WHERE a.block_id = b.id AND r.reference_value = $7)`)
@@ -243,8 +245,8 @@ const addProgressSQL = `UPDATE taskling.task_execution
 SET items_done = coalesce(items_done, 0) + $2, items_total = coalesce(items_total, 0) + $3 WHERE id = $1`
 
 // TakeBlocks serves req in one READ COMMITTED transaction and returns the blocks taken, in the
-// order forced, dead, failed, new (oldest first within each), and adds them to the execution's
-// progress.
+// order forced, dead (never started, then started), failed, new (oldest first within each), and
+// adds them to the execution's progress.
 func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockRow, error) {
 	var out []BlockRow
 	err := s.blockTx(ctx, func(tx pgx.Tx) error {
@@ -277,8 +279,13 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 			return err
 		}
 		if r := req.Dead; r != nil {
-			if err := claim(claimDeadSQL, false, r.Limit, r.Within); err != nil {
-				return err
+			// A run that dies on one block (a panic every time) leaves dead the blocks it had
+			// taken but not reached yet: they come first, so that the poison one cannot hold
+			// them back until their retries are spent.
+			for _, status := range []int16{BlockNotStarted, BlockStarted} {
+				if err := claim(claimDeadSQL, false, r.Limit, r.Within, status); err != nil {
+					return err
+				}
 			}
 		}
 		if r := req.Failed; r != nil {
@@ -463,6 +470,23 @@ func (s *Store) SetBlockStatus(ctx context.Context, blockID int64, attempt int, 
 	return nil
 }
 
+// noteFailureSQL gives the attempts execution $1 started and has not ended (its blocks are dead
+// once it ends) the error it failed with, unless they have a message. Served by
+// block_attempt_execution_idx.
+const noteFailureSQL = `
+UPDATE taskling.block_attempt a SET message = $2
+FROM taskling.block b
+WHERE a.execution_id = $1 AND a.status = 2 AND a.message IS NULL
+  AND b.id = a.block_id AND b.attempts = a.attempt AND b.status = 2`
+
+// NoteBlockFailure records message on the block attempts execID started and has not ended.
+func (s *Store) NoteBlockFailure(ctx context.Context, execID int64, message string) error {
+	if _, err := s.pool.Exec(ctx, noteFailureSQL, execID, message); err != nil {
+		return fmt.Errorf("execution: note the failure of execution %d on its blocks: %w", execID, err)
+	}
+	return nil
+}
+
 // ItemRow is a list block's item.
 type ItemRow struct {
 	N         int       `db:"n"`
@@ -608,13 +632,13 @@ func forceLockSQL(task string) string {
 // ForceBlock queues block id to be taken first by the next execution of its task that asks for
 // blocks of its kind (again: once queued, forcing it is a no-op until taken), and records the
 // operator change ("block #ID": its status → forced) in the same statement, under the task's
-// force lock (forceLockClass). It returns the block's task.
-func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, error) {
+// force lock (forceLockClass); forced_by is the principal. It returns the block's task.
+func (s *Store) ForceBlock(ctx context.Context, id int64, op Operator) (int64, error) {
 	var task int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(forceLockSQL("task_id")+` FROM taskling.block WHERE id = $1`, id)
-		b.Queue(forceBlockSQL, id, by).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
+		b.Queue(forceBlockSQL, id, op.By, op.Principal).QueryRow(func(row pgx.Row) error { return row.Scan(&task) })
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -629,13 +653,13 @@ func (s *Store) ForceBlock(ctx context.Context, id int64, by string) (int64, err
 const forceBlockSQL = `
 WITH b AS (SELECT id, task_id, status FROM taskling.block WHERE id = $1),
 ins AS (
-    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $2 FROM b
+    INSERT INTO taskling.forced_block (block_id, task_id, forced_by) SELECT id, task_id, $3 FROM b
     ON CONFLICT (block_id) WHERE taken_at IS NULL DO NOTHING
     RETURNING block_id
 ),
 ch AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT b.task_id, $2, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT b.task_id, $2, $3, 'block #' || b.id, (ARRAY['not_started', 'started', 'completed', 'failed'])[b.status], 'forced'
     FROM b JOIN ins ON ins.block_id = b.id
 )
 SELECT task_id FROM b`

@@ -35,21 +35,31 @@ const (
 // override (unretire it first).
 var ErrTaskRetired = errors.New("taskling: task is retired")
 
-// Change is one recorded operator change. Old and New are nil for "not overridden".
+// Change is one recorded operator change. Old and New are nil for "not overridden"; Principal is
+// nil on the rows written before migration 0016 (or by older binaries).
 type Change struct {
-	ID    int64     `db:"id"`
-	At    time.Time `db:"at"`
-	By    string    `db:"changed_by"`
-	Field string    `db:"field"`
-	Old   *string   `db:"old_value"`
-	New   *string   `db:"new_value"`
+	ID        int64     `db:"id"`
+	At        time.Time `db:"at"`
+	By        string    `db:"changed_by"`
+	Principal *string   `db:"principal"`
+	Field     string    `db:"field"`
+	Old       *string   `db:"old_value"`
+	New       *string   `db:"new_value"`
 }
 
-// insertChangesSQL records changes of task $1 by $2, given as parallel arrays, in their order.
+// Operator is who makes an operator change: Principal, the name recorded in the principal
+// column (and as who retired a task or forced a block), and By, the free text of changed_by.
+type Operator struct {
+	Principal string
+	By        string
+}
+
+// insertChangesSQL records changes of task $1 by $2 (principal $3), given as parallel arrays, in
+// their order.
 const insertChangesSQL = `
-INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-SELECT $1, $2, c.f, c.o, c.n
-FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS c(f, o, n, i)
+INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+SELECT $1, $2, $3, c.f, c.o, c.n
+FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS c(f, o, n, i)
 ORDER BY c.i`
 
 // changeList collects the fields whose value changes.
@@ -65,9 +75,9 @@ func (c *changeList) add(field string, old, new *string) {
 	c.fields, c.olds, c.news = append(c.fields, field), append(c.olds, old), append(c.news, new)
 }
 
-func (c *changeList) queue(b *pgx.Batch, taskID int64, by string) {
+func (c *changeList) queue(b *pgx.Batch, taskID int64, op Operator) {
 	if len(c.fields) > 0 {
-		b.Queue(insertChangesSQL, taskID, by, c.fields, c.olds, c.news)
+		b.Queue(insertChangesSQL, taskID, op.By, op.Principal, c.fields, c.olds, c.news)
 	}
 }
 
@@ -122,7 +132,13 @@ type OverridesChange struct {
 	Keep RetentionOverrides // nil fields are left as they are
 	// Clear removes every override (Set and Keep are then ignored).
 	Clear bool
-	By    string
+	Op    Operator
+	// Fallback is what a change of the liveness overrides (death mode, interval, thresholds) is
+	// checked against when no host declared settings yet (the caller's own, say); once one did,
+	// its declaration. nil: such a change is checked on its own only.
+	Fallback *Settings
+	// FallbackAs names Fallback in errors.
+	FallbackAs string
 }
 
 // storedOverrides are a task's overrides as its row and its retention row hold them, the
@@ -229,6 +245,16 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			return row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
 				&o.OverrideThreshold, &old.retired)
 		})
+		check := !c.Clear && c.Set.Liveness()
+		var declared Settings
+		var declaredAs string
+		var found bool
+		if check {
+			b.Queue(declarationSQL, taskID).QueryRow(func(row pgx.Row) (err error) {
+				declared, declaredAs, found, err = declaredOf(row)
+				return err
+			})
+		}
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -236,6 +262,15 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			return fmt.Errorf("%w: unretire it before enabling or disabling it", ErrTaskRetired)
 		}
 		next := old.apply(c)
+		if !found && c.Fallback != nil {
+			declared, declaredAs, found = *c.Fallback, c.FallbackAs, true
+		}
+		if check && found {
+			// Overrides that no start would accept are refused, not stored.
+			if err := next.o.Check(declared, declaredAs); err != nil {
+				return err
+			}
+		}
 		old.record(&changes, next)
 		b = &pgx.Batch{}
 		if writeTask {
@@ -247,7 +282,7 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			b.Queue(`UPDATE taskling.retention SET override_completed = $2, override_failed = $3, override_blocked = $4 WHERE task_id = $1`,
 				taskID, next.keep.Completed, next.keep.Failed, next.keep.Blocked)
 		}
-		changes.queue(b, taskID, c.By)
+		changes.queue(b, taskID, c.Op)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -256,38 +291,38 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 	return len(changes.fields), nil
 }
 
-// retireTaskSQL retires task $1 by $2 unless it is retired: its enabled override becomes false
-// (kept in retired_enabled), so every host refuses its starts, and its waiters are woken to learn
-// it.
+// retireTaskSQL retires task $1 by principal $3 (note $2) unless it is retired: its enabled
+// override becomes false (kept in retired_enabled), so every host refuses its starts, and its
+// waiters are woken to learn it.
 const retireTaskSQL = `
 WITH u AS (
-    UPDATE taskling.task_definition SET retired_at = now(), retired_by = $2, retired_enabled = enabled, enabled = false
+    UPDATE taskling.task_definition SET retired_at = now(), retired_by = $3, retired_enabled = enabled, enabled = false
     WHERE id = $1 AND retired_at IS NULL
     RETURNING id
 ), c AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT id, $2, '` + FieldRetired + `', 'no', 'yes' FROM u
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT id, $2, $3, '` + FieldRetired + `', 'no', 'yes' FROM u
 )
 SELECT pg_notify('` + notifyChannel + `', id::text) IS NULL FROM u`
 
-// retireScheduleSQL retires the schedule of task $1 by $2 unless it is retired; it answers
-// whether the task has a schedule and whether it changed.
+// retireScheduleSQL retires the schedule of task $1 by principal $3 (note $2) unless it is
+// retired; it answers whether the task has a schedule and whether it changed.
 const retireScheduleSQL = `
 WITH u AS (
-    UPDATE taskling.schedule SET retired_at = now(), retired_by = $2
+    UPDATE taskling.schedule SET retired_at = now(), retired_by = $3
     WHERE task_id = $1 AND retired_at IS NULL
     RETURNING task_id
 ), c AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT task_id, $2, '` + FieldScheduleRetired + `', 'no', 'yes' FROM u
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT task_id, $2, $3, '` + FieldScheduleRetired + `', 'no', 'yes' FROM u
 )
 SELECT EXISTS (SELECT 1 FROM taskling.schedule WHERE task_id = $1), EXISTS (SELECT 1 FROM u)`
 
 // RetireTask retires a task, recording the change: every host refuses its starts from the next
 // one on, it leaves the lists, its schedule claims nothing. changed is false when it was retired
 // already (nothing is written).
-func (s *Store) RetireTask(ctx context.Context, taskID int64, by string) (changed bool, err error) {
-	rows, err := s.pool.Query(ctx, retireTaskSQL, taskID, by)
+func (s *Store) RetireTask(ctx context.Context, taskID int64, op Operator) (changed bool, err error) {
+	rows, err := s.pool.Query(ctx, retireTaskSQL, taskID, op.By, op.Principal)
 	if err != nil {
 		return false, fmt.Errorf("execution: retire task %d: %w", taskID, err)
 	}
@@ -300,8 +335,8 @@ func (s *Store) RetireTask(ctx context.Context, taskID int64, by string) (change
 
 // RetireSchedule retires a task's schedule, recording the change: no host claims its instants
 // while it is retired. found is false when the task has no schedule.
-func (s *Store) RetireSchedule(ctx context.Context, taskID int64, by string) (changed, found bool, err error) {
-	if err := s.pool.QueryRow(ctx, retireScheduleSQL, taskID, by).Scan(&found, &changed); err != nil {
+func (s *Store) RetireSchedule(ctx context.Context, taskID int64, op Operator) (changed, found bool, err error) {
+	if err := s.pool.QueryRow(ctx, retireScheduleSQL, taskID, op.By, op.Principal).Scan(&found, &changed); err != nil {
 		return false, false, fmt.Errorf("execution: retire the schedule of task %d: %w", taskID, err)
 	}
 	return changed, found, nil
@@ -311,7 +346,7 @@ func (s *Store) RetireSchedule(ctx context.Context, taskID int64, by string) (ch
 type UnretireRequest struct {
 	TaskID   int64
 	Schedule bool // the schedule's retirement, not the task's
-	By       string
+	Op       Operator
 	// Gap, when set, moves the task's schedule cursor from Gap.Expected to Next, recording
 	// Gap.Events (the instants that came due while it was retired: decided, not run), by a
 	// compare-and-set: if the cursor moved meanwhile, nothing is written and the error is a
@@ -353,7 +388,7 @@ WHERE task_id = $1 AND retired_at IS NOT NULL RETURNING task_id`, FieldScheduleR
 		}
 		was, now := "yes", "no"
 		changes := changeList{fields: []string{field}, olds: []*string{&was}, news: []*string{&now}}
-		changes.queue(b, req.TaskID, req.By)
+		changes.queue(b, req.TaskID, req.Op)
 		b.Queue(`SELECT pg_notify('`+notifyChannel+`', $1::text)`, strconv.FormatInt(req.TaskID, 10))
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -367,7 +402,7 @@ WHERE task_id = $1 AND retired_at IS NOT NULL RETURNING task_id`, FieldScheduleR
 	return changed, nil
 }
 
-// Retirement is when and by whom a task, or its schedule, was retired.
+// Retirement is when and by whom (the principal) a task, or its schedule, was retired.
 type Retirement struct {
 	At time.Time
 	By string
@@ -400,7 +435,7 @@ func retirementOf(at *time.Time, by *string) *Retirement {
 func (s *Store) Changes(ctx context.Context, taskID, before int64, limit int) ([]Change, error) {
 	var out []Change
 	err := pgxscan.Select(ctx, s.pool, &out, `
-SELECT id, at, changed_by, field, old_value, new_value FROM taskling.operator_change
+SELECT id, at, changed_by, principal, field, old_value, new_value FROM taskling.operator_change
 WHERE task_id = $1 AND ($2 = 0 OR id < $2)
 ORDER BY id DESC LIMIT $3`, taskID, before, limit)
 	if err != nil {

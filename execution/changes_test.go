@@ -18,11 +18,11 @@ func TestARetiredScheduleRefusesAClaimPlannedBeforeIt(t *testing.T) {
 	row, err := b.store.UpsertSchedule(b.ctx, execution.ScheduleDef{TaskID: b.taskID, Spec: "* * * * * *", TimeZone: "UTC",
 		MaxCatchUp: 100, MisfireThreshold: 5 * time.Second, Host: "h"})
 	require.NoError(t, err)
-	changed, found, err := b.store.RetireSchedule(b.ctx, b.taskID, "ops")
+	changed, found, err := b.store.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.True(t, found)
-	changed, _, err = b.store.RetireSchedule(b.ctx, b.taskID, "ops")
+	changed, _, err = b.store.RetireSchedule(b.ctx, b.taskID, execution.Operator{Principal: "ops", By: "ops"})
 	require.NoError(t, err)
 	require.False(t, changed, "retired already")
 
@@ -39,7 +39,7 @@ func TestARetiredScheduleRefusesAClaimPlannedBeforeIt(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.task_execution`).Scan(&n))
 	require.Zero(t, n, "the claim wrote nothing")
 
-	changed, err = b.store.Unretire(b.ctx, execution.UnretireRequest{TaskID: b.taskID, Schedule: true, By: "ops"})
+	changed, err = b.store.Unretire(b.ctx, execution.UnretireRequest{TaskID: b.taskID, Schedule: true, Op: execution.Operator{Principal: "ops", By: "ops"}})
 	require.NoError(t, err)
 	require.True(t, changed)
 	require.NoError(t, claim())

@@ -103,24 +103,6 @@ func (r RetentionState) Effective(fallback Retention) Retention {
 	return r.Overrides.Apply(fallback)
 }
 
-// DeclareRetention records the keep settings a host declares for a task (the last declaration
-// wins, like a declared limit); nothing is written when they are unchanged.
-func (s *Store) DeclareRetention(ctx context.Context, taskID int64, r Retention, host string) error {
-	_, err := s.pool.Exec(ctx, `
-INSERT INTO taskling.retention AS r (task_id, declared_completed, declared_failed, declared_blocked, declared_by, declared_at)
-VALUES ($1, $2, $3, $4, $5, clock_timestamp())
-ON CONFLICT (task_id) DO UPDATE SET declared_completed = excluded.declared_completed,
-    declared_failed = excluded.declared_failed, declared_blocked = excluded.declared_blocked,
-    declared_by = excluded.declared_by, declared_at = excluded.declared_at
-WHERE (r.declared_completed, r.declared_failed, r.declared_blocked, r.declared_by)
-      IS DISTINCT FROM (excluded.declared_completed, excluded.declared_failed, excluded.declared_blocked, excluded.declared_by)`,
-		taskID, r.Completed, r.Failed, r.Blocked, host)
-	if err != nil {
-		return fmt.Errorf("execution: declare the retention of task %d: %w", taskID, err)
-	}
-	return nil
-}
-
 const retentionColumns = `r.declared_completed, r.declared_failed, r.declared_blocked, coalesce(r.declared_by, ''),
     r.declared_at, r.override_completed, r.override_failed, r.override_blocked, r.last_cleaned_at,
     CASE WHEN r.claimed_until > clock_timestamp() THEN coalesce(r.claimed_by, '') ELSE '' END, coalesce(r.rows_deleted, 0)`

@@ -235,6 +235,7 @@ func (s *Store) runBatch(batch []*op) {
 	}
 	legacy := map[int64]bool{} // grantees without terms, read from the next attempt on
 	pending := batch           // not served yet
+	readOnly := 0              // attempts refused by a read-only server
 	for attempt := 0; ; attempt++ {
 		live := pending[:0:0]
 		for _, o := range pending {
@@ -286,6 +287,9 @@ func (s *Store) runBatch(batch []*op) {
 				legacy[id] = true
 			}
 			continue // at once: nothing was written
+		case refusedReadOnly(err) && readOnly < readOnlyRetries:
+			readOnly++
+			continue // nothing was written, and the pool was reset: the next attempt dials anew
 		case !isRetryable(err):
 			failAll(live, err)
 			return

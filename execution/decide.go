@@ -426,7 +426,8 @@ func (d *decider) acquire(i int, req *AcquireRequest, execID int64) error {
 	}
 	res.Effective = d.st.overrides.Apply(req.Declared)
 	res.Overridden = !d.st.overrides.IsZero()
-	if err := res.Effective.Validate("with operator overrides"); err != nil {
+	// The declaration was valid on its own; an override set earlier may not fit it.
+	if err := d.st.overrides.Check(req.Declared, "declared by "+req.Host); err != nil {
 		out.err = fmt.Errorf("task %s: %w", req.TaskName, err)
 		return nil
 	}

@@ -102,7 +102,7 @@ func TestAForceThatWaitedForACleanupBatchFindsItsBlockGone(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.store.ForceBlock(b.ctx, block, "ops")
+		_, err := b.store.ForceBlock(b.ctx, block, execution.Operator{Principal: "ops", By: "ops"})
 		done <- err
 	}()
 	b.waitForALockWait(t)

@@ -2,7 +2,6 @@ package execution
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -38,24 +37,24 @@ var (
 
 // ExecutionRow is one execution as the history queries return it.
 type ExecutionRow struct {
-	ID             int64           `db:"id"`
-	TaskID         int64           `db:"task_id"`
-	Status         string          `db:"status"`
-	StartedAt      time.Time       `db:"started_at"`
-	CompletedAt    *time.Time      `db:"completed_at"`
-	LastKeepAlive  time.Time       `db:"last_keep_alive"`
-	Host           string          `db:"host_name"`
-	ReferenceValue *string         `db:"reference_value"`
-	Header         json.RawMessage `db:"header"`
-	Failed         bool            `db:"failed"`
-	Blocked        bool            `db:"blocked"`
-	BlockedReason  *string         `db:"blocked_reason"`
-	Fence          *int64          `db:"fence"`
-	ItemsDone      *int64          `db:"items_done"`
-	ItemsTotal     *int64          `db:"items_total"`
-	ScheduledFor   *time.Time      `db:"scheduled_for"`
-	ReclaimedAt    *time.Time      `db:"reclaimed_at"`
-	LibraryVersion string          `db:"library_version"`
+	ID             int64      `db:"id"`
+	TaskID         int64      `db:"task_id"`
+	Status         string     `db:"status"`
+	StartedAt      time.Time  `db:"started_at"`
+	CompletedAt    *time.Time `db:"completed_at"`
+	LastKeepAlive  time.Time  `db:"last_keep_alive"`
+	Host           string     `db:"host_name"`
+	ReferenceValue *string    `db:"reference_value"`
+	Header         []byte     `db:"header"` // jsonb's text as is (a json.RawMessage would be parsed)
+	Failed         bool       `db:"failed"`
+	Blocked        bool       `db:"blocked"`
+	BlockedReason  *string    `db:"blocked_reason"`
+	Fence          *int64     `db:"fence"`
+	ItemsDone      *int64     `db:"items_done"`
+	ItemsTotal     *int64     `db:"items_total"`
+	ScheduledFor   *time.Time `db:"scheduled_for"`
+	ReclaimedAt    *time.Time `db:"reclaimed_at"`
+	LibraryVersion string     `db:"library_version"`
 }
 
 var executionColumns = `e.id, e.task_id, ` + statusSQL + ` AS status, e.started_at, ` + completedAtSQL + ` AS completed_at,

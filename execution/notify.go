@@ -44,11 +44,12 @@ type Notifier struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	done      chan struct{}
-	ready     chan struct{} // closed once LISTEN is in place (or gave up for now)
-	probe     string        // payload of the delivery check (probeDelivery)
-	probeSent bool          // the delivery check was started (under mu)
-	arrived   chan struct{} // closed when the delivery check's notification arrives
-	onArrived func()        // closes arrived, once
+	ready     chan struct{}      // closed once LISTEN is in place (or gave up for now)
+	drop      context.CancelFunc // ends the current LISTEN connection (Reconnect)
+	probe     string             // payload of the delivery check (probeDelivery)
+	probeSent bool               // the delivery check was started (under mu)
+	arrived   chan struct{}      // closed when the delivery check's notification arrives
+	onArrived func()             // closes arrived, once
 
 	listening   atomic.Bool // LISTEN is in place
 	undelivered atomic.Bool // the delivery check's notification never arrived
@@ -184,6 +185,17 @@ func (n *Notifier) Pass(taskID int64) { n.wake(taskID) }
 // delivery check did not find them lost. (One that breaks wakes every waiter when it does.)
 func (n *Notifier) Listening() bool { return n.listening.Load() && !n.undelivered.Load() }
 
+// Reconnect closes the listening connection, which is opened anew (after a short delay, waking
+// every waiter): its server was found read-only, so writes, and their notifications, now go to
+// another one.
+func (n *Notifier) Reconnect() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.drop != nil {
+		n.drop()
+	}
+}
+
 // Close stops listening and waits for the listener to end.
 func (n *Notifier) Close() {
 	n.cancel()
@@ -241,7 +253,12 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 		defer cancel()
 		_ = conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(n.ctx, "LISTEN "+notifyChannel); err != nil {
+	lctx, drop := context.WithCancel(n.ctx)
+	defer drop()
+	n.mu.Lock()
+	n.drop = drop
+	n.mu.Unlock()
+	if _, err := conn.Exec(lctx, "LISTEN "+notifyChannel); err != nil {
 		return false, fmt.Errorf("LISTEN: %w", err)
 	}
 	ready()
@@ -249,7 +266,7 @@ func (n *Notifier) listen(ready func()) (listened bool, err error) {
 	defer n.listening.Store(false)
 	n.startProbe()
 	for {
-		note, err := conn.WaitForNotification(n.ctx)
+		note, err := conn.WaitForNotification(lctx)
 		if err != nil {
 			return true, fmt.Errorf("wait for notifications: %w", err)
 		}

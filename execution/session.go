@@ -113,16 +113,16 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 	s.hb.mu.Lock()
 	defer s.hb.mu.Unlock()
 	if s.hb.conn == nil {
-		conn, err := connectLike(ctx, s.pool)
+		conn, err := connectLike(ctx, s.pool.Pool)
 		if err != nil {
-			return nil, false, fmt.Errorf("execution: heartbeat of session %d: connect: %w", session, err)
+			return nil, false, fmt.Errorf("execution: heartbeat of session %d: connect: %w", session, s.seen(err))
 		}
 		s.hb.conn = conn
 	}
 	if err := s.hb.conn.SendBatch(ctx, b).Close(); err != nil {
 		// An aborted or cut-off batch may leave the transaction open: never reuse the connection.
 		s.hb.closeLocked(ctx)
-		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, err)
+		return nil, false, fmt.Errorf("execution: heartbeat of session %d: %w", session, s.seen(err))
 	}
 	s.sawTimeline(timeline)
 	return lost, renewed, nil

@@ -18,6 +18,9 @@ type Options struct {
 	Serializable bool
 	// LibraryVersion is recorded on every execution row.
 	LibraryVersion string
+	// OnReadOnly hears that a statement found the server read-only, once the pool was reset
+	// (readonly.go): connections of the caller's own to that server should be opened anew.
+	OnReadOnly func()
 }
 
 func (o Options) beginSQL() string {
@@ -29,7 +32,7 @@ func (o Options) beginSQL() string {
 
 // Store runs taskling's SQL against a pool.
 type Store struct {
-	pool *pgxpool.Pool
+	pool roPool // the caller's pool, watched for a read-only server (readonly.go)
 	opts Options
 
 	// comb combines this process's token operations (combine.go).
@@ -45,9 +48,10 @@ type Store struct {
 	// hb is the heartbeats' connection (session.go).
 	hb heartbeatConn
 
-	retries      atomic.Int64
-	transactions atomic.Int64
-	operations   atomic.Int64
+	retries        atomic.Int64
+	transactions   atomic.Int64
+	operations     atomic.Int64
+	readOnlyResets atomic.Int64
 }
 
 // Stats are counters since the Store was created.
@@ -60,11 +64,15 @@ type Stats struct {
 	// SerializationRetries is the number of token transactions retried after a serialization
 	// failure, a deadlock, or a holder that renewed its lease while being reclaimed.
 	SerializationRetries int64
+	// ReadOnlyResets is the number of times a statement found the server read-only and the pool
+	// was reset.
+	ReadOnlyResets int64
 }
 
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool, opts *Options) *Store {
-	s := &Store{pool: pool}
+	s := &Store{}
+	s.pool = roPool{Pool: pool, s: s}
 	if opts != nil {
 		s.opts = *opts
 	}
@@ -74,7 +82,8 @@ func NewStore(pool *pgxpool.Pool, opts *Options) *Store {
 
 // Stats returns the Store's counters.
 func (s *Store) Stats() Stats {
-	return Stats{Transactions: s.transactions.Load(), Operations: s.operations.Load(), SerializationRetries: s.retries.Load()}
+	return Stats{Transactions: s.transactions.Load(), Operations: s.operations.Load(), SerializationRetries: s.retries.Load(),
+		ReadOnlyResets: s.readOnlyResets.Load()}
 }
 
 // IsConnectionError reports whether err means the connection failed, so the outcome of a
@@ -101,7 +110,8 @@ func IsConnectionError(err error) bool {
 }
 
 // runTx runs fn's transaction on a connection of its own; fn sends its batches through tx. If fn
-// fails with the transaction open, it is rolled back (or the connection closed).
+// fails with the transaction open, it is rolled back (or the connection closed); if it found the
+// server read-only, the connection is not pooled again (readonly.go).
 func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx *txConn) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -109,7 +119,7 @@ func (s *Store) runTx(ctx context.Context, fn func(ctx context.Context, tx *txCo
 	}
 	defer conn.Release()
 	tx := &txConn{conn: conn.Conn(), beginStmt: s.opts.beginSQL(), serializable: s.opts.Serializable}
-	err = fn(ctx, tx)
+	err = s.seen(fn(ctx, tx))
 	if err != nil && tx.open {
 		// The transaction is open (or aborted): end it so the connection goes back clean. If that
 		// fails too the connection is closed, and the pool discards it.

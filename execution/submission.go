@@ -109,7 +109,7 @@ WHERE s.id IN (
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header::text::bytea AS header, s.attempts, s.max_attempts`
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts`
 
 // ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
 // queue order (none when there is none to claim).
@@ -134,6 +134,26 @@ UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
 WHERE id = $1 AND claimed_by = $2 AND status = 1`, id, session)
 	if err != nil {
 		return fmt.Errorf("execution: unclaim submission %d: %w", id, err)
+	}
+	return nil
+}
+
+// failStartSQL spends an attempt of a claimed submission whose attempt could not start: back to
+// waiting, or dead once its attempts are spent, with the reason.
+const failStartSQL = `
+UPDATE taskling.submission
+SET attempts = attempts + 1,
+    status = CASE WHEN attempts + 1 >= max_attempts THEN 4 ELSE 1 END,
+    finished_at = CASE WHEN attempts + 1 >= max_attempts THEN clock_timestamp() END,
+    last_error = 'attempt ' || (attempts + 1) || ' could not start: ' || $3,
+    claimed_by = NULL, updated_at = clock_timestamp()
+WHERE id = $1 AND claimed_by = $2 AND status = 1`
+
+// FailSubmissionStart spends an attempt of submission id, claimed by session, whose attempt could
+// not start for a reason its own row gives (message): trying again would fail the same way.
+func (s *Store) FailSubmissionStart(ctx context.Context, id, session int64, message string) error {
+	if _, err := s.pool.Exec(ctx, failStartSQL, id, session, message); err != nil {
+		return fmt.Errorf("execution: record that submission %d could not start: %w", id, err)
 	}
 	return nil
 }
@@ -214,7 +234,7 @@ const submissionColumns = `sub.id, sub.task_id, d.application_name, d.task_name,
     CASE WHEN sub.status = 1 THEN 1 + (SELECT count(*) FROM taskling.submission a
         WHERE a.task_id = sub.task_id AND a.status = 1
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
-    sub.priority, sub.reference_value, sub.header::text::bytea AS header, sub.attempts, sub.max_attempts,
+    sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
     sub.submitted_at, sub.updated_at, sub.finished_at`
 
@@ -284,19 +304,19 @@ WITH c AS (
     WHERE id = $1 AND status IN (1, 2)
     RETURNING id, task_id, status
 ), ch AS (
-    INSERT INTO taskling.operator_change (task_id, changed_by, field, old_value, new_value)
-    SELECT c.task_id, $3, 'submission #' || c.id, CASE WHEN c.status = 5 THEN 'waiting' ELSE 'in_progress' END,
+    INSERT INTO taskling.operator_change (task_id, changed_by, principal, field, old_value, new_value)
+    SELECT c.task_id, $3, $4, 'submission #' || c.id, CASE WHEN c.status = 5 THEN 'waiting' ELSE 'in_progress' END,
         CASE WHEN c.status = 5 THEN 'cancelled' ELSE 'cancel requested' END || CASE WHEN $2 = '' THEN '' ELSE ': ' || $2 END
     FROM c
 )
 SELECT c.status, pg_notify('` + notifyChannel + `', 'c' || c.id) IS NULL FROM c`
 
 // CancelSubmission cancels submission id, recording the operator change ("submission #ID") by
-// by: found is false when it does not exist or has already finished (completed, dead or
+// op: found is false when it does not exist or has already finished (completed, dead or
 // cancelled).
-func (s *Store) CancelSubmission(ctx context.Context, id int64, reason, by string) (status int16, found bool, err error) {
+func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, op Operator) (status int16, found bool, err error) {
 	var ignored bool
-	err = s.pool.QueryRow(ctx, cancelSubmissionSQL, id, reason, by).Scan(&status, &ignored)
+	err = s.pool.QueryRow(ctx, cancelSubmissionSQL, id, reason, op.By, op.Principal).Scan(&status, &ignored)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

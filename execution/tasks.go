@@ -61,6 +61,8 @@ type TaskSummary struct {
 	Retired         *Retirement
 	HasSchedule     bool
 	ScheduleRetired *Retirement
+	// Declaration is what the task's hosts last declared beyond the limit (nil: nothing yet).
+	Declaration *DeclaredSettings
 }
 
 // Dispute is a declaration of a task's limit that another host's replaced.
@@ -114,9 +116,12 @@ SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
     dd.other_limit, dd.other_host, dd.at,
     coalesce(h.ids, '{}'), coalesce(h.alive, '{}'),
     l.id, l.status, l.started_at, w.waiting, w.oldest,
-    d.retired_at, d.retired_by, d.retired_enabled, sc.task_id IS NOT NULL, sc.retired_at, sc.retired_by
+    d.retired_at, d.retired_by, d.retired_enabled, sc.task_id IS NOT NULL, sc.retired_at, sc.retired_by,
+    td.enabled, td.death_mode, td.keep_alive_interval, td.keep_alive_death_threshold, td.override_threshold,
+    td.declared_by, td.declared_at
 FROM taskling.task_definition d
 LEFT JOIN taskling.schedule sc ON sc.task_id = d.id
+LEFT JOIN taskling.task_declaration td ON td.task_id = d.id
 LEFT JOIN taskling.declaration_dispute dd
     ON dd.task_id = d.id AND clock_timestamp() - dd.at < ` + fmt.Sprintf("interval '%d seconds'", int(DisputeWindow.Seconds())) + `
 LEFT JOIN LATERAL (` + liveTicketsSQL + `) w ON true
@@ -377,15 +382,18 @@ func scanSummaryWith(row pgx.CollectableRow, lead ...any) (TaskSummary, error) {
 		rAt, sAt   *time.Time
 		rBy, sBy   *string
 		rEnabled   *bool
+		decl       declaredColumns
 	)
 	err := row.Scan(append(lead, &t.ID, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&t.Overrides.ConcurrencyLimit, &t.Overrides.Enabled, &t.Overrides.DeathMode, &t.Overrides.KeepAliveInterval,
 		&t.Overrides.KeepAliveDeathThreshold, &t.Overrides.OverrideThreshold, &t.Overrides.UpdatedAt,
 		&t.DeclaredLimit, &t.DeclaredBy, &dLimit, &dBy, &dAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting, &oldest,
-		&rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy)...)
+		&rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy, &decl.enabled, &decl.mode, &decl.interval, &decl.threshold,
+		&decl.overrideThreshold, &decl.by, &decl.at)...)
 	if err != nil {
 		return t, err
 	}
+	t.Declaration = decl.settings()
 	t.Retired, t.ScheduleRetired = retirementOf(rAt, rBy), retirementOf(sAt, sBy)
 	if t.Retired != nil {
 		t.Overrides.Enabled = rEnabled // the override as set; the row says disabled while retired

@@ -52,11 +52,18 @@ func TestAnAttemptLeftByACompletedExecutionIsDead(t *testing.T) {
 	got, err := e.NumericBlocks(b.ctx, noBlocksNew, onlyDead)
 	require.NoError(t, err)
 	require.Len(t, got, 2)
-	require.NoError(t, got[0].Start(b.ctx))
+	var retaken *taskling.Block // made[1] comes first: it was never started (the poison-block order)
+	for _, g := range got {
+		if g.ID == made[0].ID {
+			retaken = g
+		}
+	}
+	require.NotNil(t, retaken)
+	require.NoError(t, retaken.Start(b.ctx))
 	status, attempts = b.attemptStatuses(t, made[0].ID)
 	require.Equal(t, taskling.BlockStarted, status)
 	require.Equal(t, []taskling.BlockStatus{taskling.BlockDead, taskling.BlockStarted}, attempts)
-	require.NoError(t, got[0].Complete(b.ctx, 10))
+	require.NoError(t, retaken.Complete(b.ctx, 10))
 	_, attempts = b.attemptStatuses(t, made[0].ID)
 	require.Equal(t, []taskling.BlockStatus{taskling.BlockDead, taskling.BlockCompleted}, attempts)
 	_, attempts = b.attemptStatuses(t, made[1].ID)

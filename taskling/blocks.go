@@ -1,7 +1,6 @@
 package taskling
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -84,7 +83,9 @@ type BlockOptions struct {
 	// object blocks are all created and taken whatever the cap: their items exist only in the
 	// call.
 	MaxBlocks int
-	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never).
+	// ReprocessDead and ReprocessFailed take dead and failed blocks again (nil: never). Dead
+	// blocks whose attempt was never started come before those started, so that a block a run
+	// dies on every time does not hold back the ones it had not reached.
 	ReprocessDead, ReprocessFailed *RetryPolicy
 	// OnlyOld creates no new blocks: only forced, dead and failed ones are taken.
 	OnlyOld bool
@@ -138,6 +139,7 @@ func (b *Block) Decode(v any) error {
 
 // Start marks the attempt started.
 func (b *Block) Start(ctx context.Context) error {
+	b.e.startedBlocks.Store(true)
 	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, execution.BlockStarted, nil, 0, nil)
 }
 
@@ -267,7 +269,8 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 }
 
 // ObjectBlocks gets object blocks (see BlockOptions for which): each new one holds one of values,
-// encoded as JSON (at most MaxBlockValueLength bytes).
+// encoded as JSON (at most MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header
+// says; a refused one is named values[i]).
 func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockOptions) ([]*Block, error) {
 	var encoded [][]byte
 	if err := wantsNew(opts, func() error {
@@ -297,19 +300,10 @@ func wantsNew(opts *BlockOptions, validate func() error) error {
 	return validate()
 }
 
-// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes.
+// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes that
+// jsonb can store.
 func encodeValue(field string, v any) ([]byte, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
-	}
-	if len(b) > MaxBlockValueLength {
-		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(b), MaxBlockValueLength)
-	}
-	if bytes.Contains(b, []byte(`\u0000`)) {
-		return nil, fmt.Errorf("%w: %s contains a NUL character, which PostgreSQL's jsonb cannot store", ErrInvalidArgument, field)
-	}
-	return b, nil
+	return encodeJSON(field, v, MaxBlockValueLength)
 }
 
 func (o *BlockOptions) validate() error {
@@ -431,7 +425,8 @@ const (
 )
 
 // ListBlocksRequest describes new list blocks: Items (each encoded as JSON, at most
-// MaxBlockValueLength bytes) split into blocks of at most MaxBlockSize, each with Header.
+// MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header says) split into blocks of
+// at most MaxBlockSize, each with Header.
 type ListBlocksRequest struct {
 	Items        []any
 	MaxBlockSize int
@@ -602,6 +597,7 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 
 // Start marks the attempt started.
 func (l *ListBlock) Start(ctx context.Context) error {
+	l.e.startedBlocks.Store(true)
 	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, execution.BlockStarted, nil, 0, nil)
 }
 

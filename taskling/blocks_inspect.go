@@ -3,7 +3,6 @@ package taskling
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -24,19 +23,22 @@ const (
 
 // BlockInfo is a block as operators see it (the CLI, the HTTP API, the dashboard).
 type BlockInfo struct {
-	ID          int64           `json:"id"`
-	TaskID      int64           `json:"task_id"`
-	Kind        string          `json:"kind"`
-	FromNumber  *int64          `json:"from_number,omitempty"`
-	ToNumber    *int64          `json:"to_number,omitempty"`
-	FromTime    *time.Time      `json:"from_time,omitempty"`
-	ToTime      *time.Time      `json:"to_time,omitempty"`
-	Value       json.RawMessage `json:"value,omitempty"`
-	ItemCount   int             `json:"item_count"`
-	CreatedAt   time.Time       `json:"created_at"`
-	Attempts    int             `json:"attempts"`
-	Status      BlockStatus     `json:"status"`
-	ExecutionID int64           `json:"execution_id"`
+	ID         int64           `json:"id"`
+	TaskID     int64           `json:"task_id"`
+	Kind       string          `json:"kind"`
+	FromNumber *int64          `json:"from_number,omitempty"`
+	ToNumber   *int64          `json:"to_number,omitempty"`
+	FromTime   *time.Time      `json:"from_time,omitempty"`
+	ToTime     *time.Time      `json:"to_time,omitempty"`
+	Value      json.RawMessage `json:"value,omitempty"`
+	// ValueError says why Value is nil although the block has one: encoding/json cannot read
+	// the stored value (nested deeper than 10 000, written with SQL).
+	ValueError  string      `json:"value_error,omitempty"`
+	ItemCount   int         `json:"item_count"`
+	CreatedAt   time.Time   `json:"created_at"`
+	Attempts    int         `json:"attempts"`
+	Status      BlockStatus `json:"status"`
+	ExecutionID int64       `json:"execution_id"`
 	// ForcePending: an operator forced it and no execution has taken it yet.
 	ForcePending bool `json:"force_pending"`
 	// RetryLimit is the retry limit of the request that took its latest attempt (the larger of
@@ -71,9 +73,10 @@ var blockStatuses = map[int16]BlockStatus{execution.BlockNotStarted: BlockNotSta
 
 func blockInfoOf(r execution.BlockInfo) BlockInfo {
 	b := BlockInfo{ID: r.ID, TaskID: r.TaskID, Kind: BlockKind(r.Kind).String(), FromNumber: r.FromNumber, ToNumber: r.ToNumber,
-		FromTime: r.FromDate, ToTime: r.ToDate, Value: r.Value, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
+		FromTime: r.FromDate, ToTime: r.ToDate, ItemCount: r.ItemCount, CreatedAt: r.CreatedAt, Attempts: r.Attempt,
 		Status: blockStatuses[r.Status], ExecutionID: r.ExecutionID, ForcePending: r.ForcePending, RetryLimit: r.RetryLimit,
 		AtRetryLimit: r.AtRetryLimit}
+	b.Value, b.ValueError = storedJSON(r.Value)
 	if r.Dead {
 		b.Status = BlockDead
 	}
@@ -169,24 +172,20 @@ func (c *Client) BlockAttempts(ctx context.Context, id int64) ([]BlockAttemptInf
 	return out, nil
 }
 
-// ForceBlock asks that block id run again: the next execution of its task that asks for blocks
-// of its kind takes it first, whatever its status (a live one once it is no longer live), as a
-// new attempt. forcedBy names who asked (recorded; required, and checked by ValidateOperator).
-// Forcing a block already queued is a no-op. Until it is taken, the cleanup keeps the block,
-// whatever its age. An unknown id (or one the cleanup is deleting at that moment) is an error
-// wrapping ErrNotFound.
+// ForceBlock asks that block id run again (see Operations.ForceBlock), recorded as made by the
+// operator named forcedBy, which is required.
+//
+// Deprecated: use c.As(Operator{Name: forcedBy}).ForceBlock(ctx, id), which records the same
+// (and, with an empty Name, records "library@" and this client's host name).
 func (c *Client) ForceBlock(ctx context.Context, id int64, forcedBy string) error {
 	if forcedBy == "" {
 		return fmt.Errorf("%w: ForceBlock: forcedBy is empty", ErrInvalidArgument)
 	}
-	if err := ValidateOperator("ForceBlock: forcedBy", forcedBy); err != nil {
+	o, err := c.asBy("ForceBlock: forcedBy", forcedBy)
+	if err != nil {
 		return err
 	}
-	_, err := c.store.ForceBlock(ctx, id, forcedBy)
-	if errors.Is(err, execution.ErrBlockNotFound) {
-		return notFound(fmt.Sprintf("block %d", id))
-	}
-	return err
+	return o.ForceBlock(ctx, id)
 }
 
 // BlockCount is how many blocks of a task are in one status, and how many of those are at their

@@ -74,10 +74,10 @@ func TestEveryOperatorChangeIsRecordedWithOldNewAndWho(t *testing.T) {
 	require.NoError(t, b.client.UpdateTaskSettings(ctx, b.app, b.task, taskling.SettingsUpdate{
 		ConcurrencyLimit: &unlimited, DeathMode: &mode, OverrideThreshold: &overrideThreshold, KeepFailed: &forever}))
 	require.Equal(t, []change{
-		{"concurrency_limit", "3", "unlimited", "test-host"},
-		{"death_mode", "-", "override", "test-host"},
-		{"override_threshold", "-", "1m0s", "test-host"},
-		{"keep_failed", "-", "forever", "test-host"},
+		{"concurrency_limit", "3", "unlimited", "library@test-host"},
+		{"death_mode", "-", "override", "library@test-host"},
+		{"override_threshold", "-", "1m0s", "library@test-host"},
+		{"keep_failed", "-", "forever", "library@test-host"},
 	}, b.newChanges(t, 4), "who defaults to the client's host name")
 
 	require.NoError(t, b.client.ClearOverridesBy(ctx, b.app, b.task, "carol"))
@@ -134,14 +134,9 @@ func TestForcedBlocksAndCancelledSubmissionsAreRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t, steady(2))
 	ctx := b.ctx
-	e := b.start(t, nil)
-	blocks, err := e.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
-	require.NoError(t, err)
-	require.NoError(t, blocks[0].Start(ctx))
-	require.NoError(t, blocks[0].Fail(ctx, "on purpose"))
-	require.NoError(t, e.Complete(ctx))
-	require.NoError(t, b.client.ForceBlock(ctx, blocks[0].ID, "alice"))
-	require.NoError(t, b.client.ForceBlock(ctx, blocks[0].ID, "bob"))
+	block := b.failedBlock(t)
+	require.NoError(t, b.client.ForceBlock(ctx, block, "alice"))
+	require.NoError(t, b.client.ForceBlock(ctx, block, "bob"))
 	id, err := b.client.Submit(ctx, b.app, b.task, nil)
 	require.NoError(t, err)
 	_, err = b.client.CancelSubmissionBy(ctx, id, "not needed", "dave")
@@ -150,9 +145,21 @@ func TestForcedBlocksAndCancelledSubmissionsAreRecorded(t *testing.T) {
 	require.ErrorIs(t, err, taskling.ErrSubmissionFinished)
 
 	require.Equal(t, []change{
-		{fmt.Sprint("block #", blocks[0].ID), "failed", "forced", "alice"},
+		{fmt.Sprint("block #", block), "failed", "forced", "alice"},
 		{fmt.Sprint("submission #", id), "waiting", "cancelled: not needed", "dave"},
 	}, b.newChanges(t, 0))
+}
+
+// failedBlock runs the task once with a block that fails, and returns the block's id.
+func (b *testBundle) failedBlock(t *testing.T) int64 {
+	t.Helper()
+	e := b.start(t, nil)
+	blocks, err := e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
+	require.NoError(t, err)
+	require.NoError(t, blocks[0].Start(b.ctx))
+	require.NoError(t, blocks[0].Fail(b.ctx, "on purpose"))
+	require.NoError(t, e.Complete(b.ctx))
+	return blocks[0].ID
 }
 
 // TestTaskChangesPages: pages of changes, newest first, follow each other without repeating.

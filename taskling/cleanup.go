@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -256,32 +255,6 @@ func (c *Client) cleanTask(ctx context.Context, t execution.CleanupTask, keep ex
 // only by whoever took it.
 func (c *Client) claimant() string {
 	return fmt.Sprintf("%s pid %d #%08x", c.host, os.Getpid(), rand.Uint32())
-}
-
-// retentionNotes remembers, per task id, the retention this client last declared (noteRetention).
-type retentionNotes struct{ sync.Map }
-
-// noteRetention records in the background the keep settings this host declares for a task when
-// they differ from what it last recorded, so that whichever host cleans the task applies them.
-func (c *Client) noteRetention(req execution.AcquireRequest) {
-	r := req.Declared.Retention
-	if r == (execution.Retention{}) {
-		return
-	}
-	if last, ok := c.retention.Load(req.TaskID); ok && last.(execution.Retention) == r {
-		return
-	}
-	c.retention.Store(req.TaskID, r)
-	c.live.Add(1)
-	go func() {
-		defer c.live.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := c.store.DeclareRetention(ctx, req.TaskID, r, c.host); err != nil {
-			c.retention.Delete(req.TaskID) // recorded again at the next start
-			c.log.Debug("taskling: could not record the task's keep settings", zap.String("task", req.TaskName), zap.Error(err))
-		}
-	}()
 }
 
 // startCleaner starts the automatic cleanup once, with the client's first start: a client that

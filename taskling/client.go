@@ -43,8 +43,8 @@ const (
 // Config configures a Client. A nil *Config, or a zero field, means the documented default.
 type Config struct {
 	// Logger receives warnings: conflicting declarations of a limit, failed heartbeats and lost
-	// leases, failures of the notification listener (waiters then poll), failed scheduler steps.
-	// nil: no logging.
+	// leases, failures of the notification listener (waiters then poll), failed scheduler steps,
+	// a server found read-only. nil: no logging.
 	Logger *zap.Logger
 	// HostName is recorded on executions. "" means os.Hostname(). (The CLI reads it from
 	// TASKLING_HOST_NAME.)
@@ -88,9 +88,9 @@ type Client struct {
 	maxPoll  time.Duration
 	hooks    hookList
 
-	taskIDs   sync.Map       // "app\x00task" -> int64
-	disputes  sync.Map       // task id -> time.Time of the last disagreement recorded (noteDispute)
-	retention retentionNotes // task id -> the keep settings last recorded (noteRetention)
+	taskIDs      sync.Map // "app\x00task" -> int64
+	disputes     sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
+	declarations sync.Map // task id -> the declaration last recorded (noteDeclaration)
 
 	cleanupEvery time.Duration // the automatic cleanup's interval; negative: none
 	cleaner      sync.Once     // starts the automatic cleanup with the client's first start
@@ -162,25 +162,31 @@ func NewClient(pool *pgxpool.Pool, cfg *Config) (*Client, error) {
 	if maxPoll == 0 {
 		maxPoll = 2 * time.Second
 	}
-	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version})
+	notifier := execution.NewNotifierWith(pool, execution.NotifierOptions{
+		OnError: func(err error, retryIn time.Duration) {
+			log.Warn("taskling: the notification listener failed; waiters poll until it is back",
+				zap.Error(err), zap.Duration("retry_in", retryIn))
+		},
+		// Through a transaction pooler a LISTEN would land on a server connection that
+		// goes back to the pool: only a direct listener, else none (waiters poll).
+		Listener: listener,
+		Off:      cfg.Pooler.transaction() && listener == nil,
+		OnUndelivered: func() {
+			log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
+				"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
+				zap.Duration("max_poll_interval", maxPoll))
+		},
+	})
+	store := execution.NewStore(pool, &execution.Options{Serializable: cfg.Isolation == IsolationSerializable, LibraryVersion: Version,
+		OnReadOnly: func() {
+			log.Warn("taskling: the database server is read-only (a standby, or a primary demoted by a failover): the pool was reset, " +
+				"and the next connections are dialled anew (a multi-host URL with target_session_attrs=read-write finds the new primary)")
+			notifier.Reconnect() // it would listen on the old server, which no longer notifies
+		}})
 	c := &Client{
-		pool:  pool,
-		store: store,
-		notifier: execution.NewNotifierWith(pool, execution.NotifierOptions{
-			OnError: func(err error, retryIn time.Duration) {
-				log.Warn("taskling: the notification listener failed; waiters poll until it is back",
-					zap.Error(err), zap.Duration("retry_in", retryIn))
-			},
-			// Through a transaction pooler a LISTEN would land on a server connection that
-			// goes back to the pool: only a direct listener, else none (waiters poll).
-			Listener: listener,
-			Off:      cfg.Pooler.transaction() && listener == nil,
-			OnUndelivered: func() {
-				log.Warn("taskling: a notification sent through the pool did not reach the listener (a transaction-pooling PgBouncer "+
-					"between them? set Config.Pooler and Config.ListenerConnString); waiters in other processes find freed slots by polling",
-					zap.Duration("max_poll_interval", maxPoll))
-			},
-		}),
+		pool:     pool,
+		store:    store,
+		notifier: notifier,
 		log:      log,
 		host:     host,
 		defaults: defaults,
@@ -356,74 +362,34 @@ func (c *Client) declared(ctx context.Context, app, task string) (TaskSettings, 
 	return s, es, err
 }
 
-// UpdateTaskSettings stores operator overrides for a task (creating its row if needed). nil
-// fields are left as they are. The next start on every host obeys them, whatever its own
-// settings declare; waiters are woken so that a raised limit admits them at once. Each field
-// whose value changes is recorded in the task's audit trail (TaskChanges), in the same
-// transaction, as changed by update.By (default: this client's host name). A retired task's
-// Enabled cannot be changed (ErrTaskRetired): unretire it first. A refused update writes nothing.
+// UpdateTaskSettings stores operator overrides for a task (see Operations.UpdateTaskSettings),
+// recorded as made by the operator named by update.By (deprecated; "" means "library@" and this
+// client's host name).
 func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, update SettingsUpdate) error {
-	if err := validateOwnTask(app, task); err != nil {
-		return err
-	}
-	if update.DeathMode != nil && *update.DeathMode != DeathModeKeepAlive && *update.DeathMode != DeathModeOverride {
-		return fmt.Errorf("%w: DeathMode (operator override) is %d; want DeathModeKeepAlive or DeathModeOverride", ErrInvalidSettings, int(*update.DeathMode))
-	}
-	if err := update.toStore().ValidateFields(); err != nil {
-		return err // before the task row is created: a refused update writes nothing
-	}
-	if err := update.retention().ValidateFields(); err != nil {
-		return err
-	}
-	by, err := c.operator("SettingsUpdate.By", update.By)
+	o, err := c.asBy("SettingsUpdate.By", update.By)
 	if err != nil {
 		return err
 	}
-	id, err := c.taskID(ctx, app, task)
-	if err != nil {
-		return err
-	}
-	change := execution.OverridesChange{Set: update.toStore(), Keep: update.retention(), By: by}
-	if _, err := c.store.ChangeOverrides(ctx, id, change); err != nil {
-		return fmt.Errorf("taskling: update settings of %s/%s: %w", app, task, err)
-	}
-	return nil
+	return o.UpdateTaskSettings(ctx, app, task, update)
 }
 
-// ClearOverrides removes every operator override of a task: it returns to the settings its
-// requesters declare. It is ClearOverridesBy with this client's host name as who.
+// ClearOverrides removes every operator override of a task (see Operations.ClearOverrides),
+// recorded as made by "library@" and this client's host name.
 func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
-	return c.ClearOverridesBy(ctx, app, task, "")
+	return c.As(Operator{}).ClearOverrides(ctx, app, task)
 }
 
-// ClearOverridesBy removes every operator override of a task, recording in its audit trail each
-// one removed as changed by by ("" means this client's host name). A retired task stays
-// retired (and disabled) and returns to its declared settings when unretired.
+// ClearOverridesBy is ClearOverrides recorded as made by the operator named by ("" means
+// "library@" and this client's host name).
+//
+// Deprecated: use c.As(Operator{Name: by}).ClearOverrides(ctx, app, task), which records the
+// same.
 func (c *Client) ClearOverridesBy(ctx context.Context, app, task, by string) error {
-	if err := validateOwnTask(app, task); err != nil {
-		return err
-	}
-	by, err := c.operator("by", by)
+	o, err := c.asBy("by", by)
 	if err != nil {
 		return err
 	}
-	id, ok, err := c.store.FindTask(ctx, app, task)
-	if err != nil || !ok {
-		return err
-	}
-	if _, err := c.store.ChangeOverrides(ctx, id, execution.OverridesChange{Clear: true, By: by}); err != nil {
-		return fmt.Errorf("taskling: clear overrides of %s/%s: %w", app, task, err)
-	}
-	return nil
-}
-
-// operator is who makes an operator change: by, or this client's host name when by is "". It
-// must pass ValidateOperator; field names it.
-func (c *Client) operator(field, by string) (string, error) {
-	if by == "" {
-		return c.host, nil
-	}
-	return by, ValidateOperator(field, by)
+	return o.ClearOverrides(ctx, app, task)
 }
 
 func (c *Client) isClosed() bool {

@@ -10,7 +10,8 @@ var (
 	// ErrLimitReached: every slot of the task is held by a live execution. The attempt is recorded
 	// as a Blocked execution.
 	ErrLimitReached = errors.New("taskling: concurrency limit reached")
-	// ErrTaskDisabled: the task is disabled (by its settings or an operator). Nothing is written.
+	// ErrTaskDisabled: the task is disabled (by its settings or an operator). No execution is
+	// recorded.
 	ErrTaskDisabled = errors.New("taskling: task is disabled")
 	// ErrTaskRetired: an operator retired the task (RetireTask): its starts are refused, and
 	// nothing is written, until it is unretired. The message says by whom and when.
@@ -34,6 +35,12 @@ var (
 	// binary does not know, so it refuses to grant (it still completes what it runs). The error
 	// names both protocol versions; see the README's "Upgrading".
 	ErrUpgradeRequired = execution.ErrUpgradeRequired
+	// ErrDatabaseReadOnly: the database server refused a write because it is read-only (SQLSTATE
+	// 25006: a standby, or a primary a failover demoted and left running), or no writable server
+	// could be reached. The pool was reset, so the next connections are dialled anew: with a
+	// multi-host URL and target_session_attrs=read-write they find the new primary. Starts that
+	// wait for a slot, and releases, retry meanwhile; see the README's "Using a real server".
+	ErrDatabaseReadOnly = execution.ErrDatabaseReadOnly
 	// ErrSubmissionCancelled: an operator cancelled the submission this execution runs. The cause
 	// of Execution.Context()'s cancellation (its message names the submission and the reason).
 	ErrSubmissionCancelled = errors.New("taskling: submission cancelled")
@@ -43,3 +50,10 @@ var (
 	// deadline passed: the cause of a run's cancelled context.
 	ErrShuttingDown = errors.New("taskling: shutting down")
 )
+
+// SettingsError is a settings error naming the setting at fault (Field, as TaskSettings names
+// it). UpdateTaskSettings returns one for overrides that no start would accept over the declared
+// settings, and a start whose declaration the overrides do not fit fails with one; its message
+// says where each value comes from. It matches ErrInvalidSettings (not every error that does is a
+// SettingsError).
+type SettingsError = execution.SettingsError

@@ -66,3 +66,25 @@ func ExampleClient_UpdateTaskSettings() {
 		log.Fatal(err)
 	}
 }
+
+// Operator changes made as a named operator: the task's audit trail records alice as their
+// principal and the ticket as their by.
+func ExampleClient_As() {
+	ctx := context.Background()
+	var client *taskling.Client // from taskling.NewClient
+	ops := client.As(taskling.Operator{Name: "alice", Note: "OPS-1234"})
+	limit := 3
+	if err := ops.UpdateTaskSettings(ctx, "billing", "export", taskling.SettingsUpdate{ConcurrencyLimit: &limit}); err != nil {
+		log.Fatal(err)
+	}
+	if err := ops.RetireTask(ctx, "billing", "export-v1"); err != nil {
+		log.Fatal(err)
+	}
+	page, err := client.TaskChanges(ctx, "billing", "export", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range page.Changes {
+		fmt.Println(c.At, c.Principal, c.By, c.Field, c.Old, c.New)
+	}
+}

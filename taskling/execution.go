@@ -59,6 +59,10 @@ type Execution struct {
 	section       *CriticalSection // held, released by Complete
 	sectionWait   bool             // a CriticalSection call is waiting
 
+	// startedBlocks is set once a block attempt was started: a failure is then noted on the
+	// attempts it leaves open (run.go).
+	startedBlocks atomic.Bool
+
 	// releasing is set while Complete runs: heartbeats go on (the release may wait behind
 	// other transactions on the task) but a heartbeat that finds the execution ended is then
 	// expected, not a lost lease.
@@ -224,7 +228,8 @@ func (e *Execution) deadline() time.Time {
 // Complete returns the slot and records the execution as completed. It is idempotent: later
 // calls return the first successful call's result. It returns an error wrapping ErrLeaseLost when
 // the slot had been reclaimed by another execution (whose slot it leaves alone). A release that
-// fails on a connection error is retried until ctx ends or the lease would have expired anyway.
+// fails on a connection error or a read-only server (ErrDatabaseReadOnly) is retried until ctx
+// ends or the lease would have expired anyway.
 func (e *Execution) Complete(ctx context.Context) error {
 	return e.finish(ctx, false)
 }
@@ -250,7 +255,7 @@ func (e *Execution) finish(ctx context.Context, failed bool) error {
 	var err error
 	for attempt := 0; ; attempt++ {
 		res, err = e.c.store.Release(ctx, req)
-		if err == nil || ctx.Err() != nil || !execution.IsConnectionError(err) || time.Now().After(e.deadline()) {
+		if err == nil || ctx.Err() != nil || !execution.IsUnavailable(err) || time.Now().After(e.deadline()) {
 			break
 		}
 		// The answer was lost, not necessarily the release: the retry reads the recorded end

@@ -23,3 +23,6 @@ func (e *Execution) PassLeaseDeadlineForTest() {
 // OnClaimDeniedForTest makes f run each time a scheduler claim of c is denied for the limit,
 // between the denied transaction and the wait that follows it.
 func (c *Client) OnClaimDeniedForTest(f func()) { c.testHooks.claimDenied = f }
+
+// CheckJSONBForTest reports what PostgreSQL's jsonb would refuse in b (valid JSON).
+func CheckJSONBForTest(b []byte) error { return checkJSONB(b) }

@@ -47,8 +47,11 @@ type ExecutionInfo struct {
 	ItemsTotal     int64
 	FencingToken   int64 // 0 for a blocked attempt
 	Header         json.RawMessage
-	BlockedReason  string
-	ReclaimedAt    time.Time // zero unless another execution took its slot
+	// HeaderError says why Header is nil although the execution has one: encoding/json cannot
+	// read the stored value (nested deeper than 10 000, written with SQL).
+	HeaderError   string
+	BlockedReason string
+	ReclaimedAt   time.Time // zero unless another execution took its slot
 	// LastHeartbeat is the last heartbeat on the database clock (the start time until the first).
 	LastHeartbeat time.Time
 	// LibraryVersion is the taskling version of the process that started it.
@@ -61,8 +64,9 @@ type ExecutionInfo struct {
 }
 
 func infoFromRow(r execution.ExecutionRow) ExecutionInfo {
-	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host, Header: headerJSON(r.Header),
+	info := ExecutionInfo{ID: r.ID, StartedAt: r.StartedAt, Status: Status(r.Status), Host: r.Host,
 		LastHeartbeat: r.LastKeepAlive, LibraryVersion: r.LibraryVersion}
+	info.Header, info.HeaderError = storedJSON(r.Header)
 	if r.CompletedAt != nil {
 		info.CompletedAt = *r.CompletedAt
 	}

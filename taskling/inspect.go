@@ -35,13 +35,14 @@ type Disagreement struct {
 	At         time.Time
 }
 
-// LimitSource says where a task's limit in force comes from.
+// LimitSource says where a setting of a task in force — its limit, whether it is enabled —
+// comes from.
 type LimitSource string
 
 const (
 	// LimitSourceOverride: an operator's override stored in the task row.
 	LimitSourceOverride LimitSource = "override"
-	// LimitSourceDeclared: the limit last declared by a requester (its code or config).
+	// LimitSourceDeclared: the value last declared by a requester (its code or config).
 	LimitSourceDeclared LimitSource = "declared"
 	// LimitSourceNone: nothing declared yet (the task row exists but was never acquired).
 	LimitSourceNone LimitSource = "none"
@@ -62,10 +63,20 @@ type TaskInfo struct {
 	// the one another host had declared (their settings differ: files not yet reloaded, say). The
 	// limit in force at each grant is the requester's declaration; an override settles it.
 	Disagreement *Disagreement
+	// Enabled says whether the task's starts are served: its enabled override if set (false for
+	// a retired task), else what its hosts last declared, else true (the default);
+	// EnabledSource says which: LimitSourceOverride, LimitSourceDeclared or LimitSourceNone.
+	Enabled       bool
+	EnabledSource LimitSource
 	// Overrides are the operator's overrides (nil fields are not overridden), last changed at
 	// OverridesUpdatedAt (zero if never).
 	Overrides          SettingsUpdate
 	OverridesUpdatedAt time.Time
+	// SettingsError, when not nil, says why every start of the task fails on the host that
+	// declared its settings last: the overrides over that declaration are invalid (a host
+	// declared settings they do not fit after they were set; a *SettingsError naming the field
+	// and both sources). Change or clear the overrides, or the host's settings.
+	SettingsError error
 	// SlotsUsed counts slots held by live executions (for an unlimited task, its live
 	// executions); SlotsTotal is the limit in force (-1 unlimited); SlotsRetiring counts held
 	// slots to be removed when returned, after a lowered limit.
@@ -514,6 +525,16 @@ func taskInfoOf(s execution.TaskSummary) TaskInfo {
 	if l := s.LastExecution; l != nil {
 		t.LastExecution = &ExecutionRef{ID: l.ID, Status: Status(l.Status), StartedAt: l.StartedAt}
 	}
+	t.Enabled, t.EnabledSource = true, LimitSourceNone
+	switch {
+	case s.Retired != nil:
+		t.Enabled, t.EnabledSource = false, LimitSourceOverride // retiring disables it in its row
+	case s.Overrides.Enabled != nil:
+		t.Enabled, t.EnabledSource = *s.Overrides.Enabled, LimitSourceOverride
+	case s.Declaration != nil:
+		t.Enabled, t.EnabledSource = s.Declaration.Enabled, LimitSourceDeclared
+	}
+	t.SettingsError = s.SettingsError()
 	return t
 }
 
@@ -527,12 +548,4 @@ func slotOf(s execution.Slot) Slot {
 		}
 	}
 	return out
-}
-
-// headerJSON returns a stored header, nil when there is none.
-func headerJSON(h json.RawMessage) json.RawMessage {
-	if len(h) == 0 {
-		return nil
-	}
-	return h
 }

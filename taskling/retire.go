@@ -9,7 +9,8 @@ import (
 	"github.com/taskling-go/taskling/internal/cronspec"
 )
 
-// Retirement says when, and by whom, a task or its schedule was retired.
+// Retirement says when, and by whom, a task or its schedule was retired: By is the operator's
+// Name (Operator.Name; the principal of a change through `taskling serve`).
 type Retirement struct {
 	At time.Time
 	By string
@@ -22,68 +23,57 @@ func retirementOf(r *execution.Retirement) *Retirement {
 	return &Retirement{At: r.At, By: r.By}
 }
 
-// RetireTask retires app/task, an operator's way to take a task out of service without losing
-// its history:
+// RetireTask retires app/task (see Operations.RetireTask), recorded as made by the operator
+// named by ("" means "library@" and this client's host name).
 //
-//   - every host refuses its starts from the next one on, with ErrTaskRetired (nothing is
-//     written); executions running keep their slots and complete as usual, and waiters for a
-//     slot get ErrTaskRetired at once;
-//   - its schedule, if it has one, claims no instant (see RetireSchedule);
-//   - it leaves the task lists (Tasks, the HTTP API, the dashboard, `taskling tasks list`)
-//     unless they ask for TaskRetired; Task, its executions and its audit trail stay readable;
-//   - cleanup deletes its history by its keep settings, the latest execution included.
-//
-// The change is recorded in the task's audit trail as made by by ("" means this client's host
-// name). Retiring a retired task changes nothing. The error wraps ErrNotFound when the task does
-// not exist.
+// Deprecated: use c.As(Operator{Name: by}).RetireTask(ctx, app, task), which records the same.
 func (c *Client) RetireTask(ctx context.Context, app, task, by string) error {
-	id, by, err := c.operatorTask(ctx, app, task, by)
+	o, err := c.asBy("by", by)
 	if err != nil {
 		return err
 	}
-	if _, err := c.store.RetireTask(ctx, id, by); err != nil {
-		return fmt.Errorf("taskling: retire %s/%s: %w", app, task, err)
-	}
-	return nil
+	return o.RetireTask(ctx, app, task)
 }
 
-// RetireSchedule retires app/task's schedule only: no host claims its instants (a claim planned
-// before commits nothing), while the task itself can still be started, by hand or by Backfill.
-// A host that registers it again with Schedule does not bring it back: Schedule returns nil and
-// its RunScheduler keeps it dormant until an operator unretires it. Recorded like RetireTask;
-// the error wraps ErrNotFound when the task has no schedule.
+// RetireSchedule retires app/task's schedule only (see Operations.RetireSchedule), recorded like
+// RetireTask.
+//
+// Deprecated: use c.As(Operator{Name: by}).RetireSchedule(ctx, app, task).
 func (c *Client) RetireSchedule(ctx context.Context, app, task, by string) error {
-	id, by, err := c.operatorTask(ctx, app, task, by)
+	o, err := c.asBy("by", by)
 	if err != nil {
 		return err
 	}
-	_, found, err := c.store.RetireSchedule(ctx, id, by)
-	if err != nil {
-		return fmt.Errorf("taskling: retire the schedule of %s/%s: %w", app, task, err)
-	}
-	if !found {
-		return notFound("schedule of task " + app + "/" + task)
-	}
-	return nil
+	return o.RetireSchedule(ctx, app, task)
 }
 
-// UnretireTask ends app/task's retirement: its starts are served again, with the enabled
-// override it had before, and it is listed again. If it has a schedule, the instants that came
-// due while it was retired are recorded as ScheduleEventRetired and not run (its cursor moves to
-// now; Backfill can still run them). Recorded like RetireTask; unretiring a task that is not
-// retired changes nothing.
+// UnretireTask ends app/task's retirement (see Operations.UnretireTask), recorded like
+// RetireTask.
+//
+// Deprecated: use c.As(Operator{Name: by}).UnretireTask(ctx, app, task).
 func (c *Client) UnretireTask(ctx context.Context, app, task, by string) error {
-	return c.unretire(ctx, app, task, by, false)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.UnretireTask(ctx, app, task)
 }
 
-// UnretireSchedule ends the retirement of app/task's schedule: its instants are claimed again
-// from now on (those that came due meanwhile are recorded as ScheduleEventRetired, not run).
+// UnretireSchedule ends the retirement of app/task's schedule (see
+// Operations.UnretireSchedule), recorded like RetireTask.
+//
+// Deprecated: use c.As(Operator{Name: by}).UnretireSchedule(ctx, app, task).
 func (c *Client) UnretireSchedule(ctx context.Context, app, task, by string) error {
-	return c.unretire(ctx, app, task, by, true)
+	o, err := c.asBy("by", by)
+	if err != nil {
+		return err
+	}
+	return o.UnretireSchedule(ctx, app, task)
 }
 
-func (c *Client) unretire(ctx context.Context, app, task, by string, schedule bool) error {
-	id, by, err := c.operatorTask(ctx, app, task, by)
+func (o *Operations) unretire(ctx context.Context, app, task string, schedule bool) error {
+	c := o.c
+	id, op, err := o.task(ctx, app, task, true)
 	if err != nil {
 		return err
 	}
@@ -92,7 +82,7 @@ func (c *Client) unretire(ctx context.Context, app, task, by string, schedule bo
 		what = "schedule"
 	}
 	for attempt := 0; ; attempt++ {
-		req := execution.UnretireRequest{TaskID: id, Schedule: schedule, By: by, Host: c.host}
+		req := execution.UnretireRequest{TaskID: id, Schedule: schedule, Op: op, Host: c.host}
 		row, ok, err := c.store.Schedule(ctx, id)
 		if err != nil {
 			return err
@@ -138,39 +128,23 @@ func retiredGap(row execution.ScheduleRow, what string) (*execution.ScheduleClai
 	return &execution.ScheduleClaim{Expected: row.Cursor, Events: []execution.ScheduleEvent{ev}}, row.Now, nil
 }
 
-// operatorTask validates an operator's change of an existing task and names who makes it.
-func (c *Client) operatorTask(ctx context.Context, app, task, by string) (int64, string, error) {
-	if err := validateOwnTask(app, task); err != nil {
-		return 0, "", err
-	}
-	by, err := c.operator("by", by)
-	if err != nil {
-		return 0, "", err
-	}
-	id, ok, err := c.store.FindTask(ctx, app, task)
-	if err != nil {
-		return 0, "", err
-	}
-	if !ok {
-		return 0, "", notFound("task " + app + "/" + task)
-	}
-	return id, by, nil
-}
-
-// Change is one operator change of a task, as its audit trail records it: who (By), when (the
-// change's transaction time on the database clock), which Field ("concurrency_limit",
+// Change is one operator change of a task, as its audit trail records it: who (Principal, the
+// Operator's Name, and By, its Note or else its Name), when (the change's transaction time on the
+// database clock), which Field ("concurrency_limit",
 // "enabled", "death_mode", "keep_alive_interval", "keep_alive_death_threshold",
 // "override_threshold", "keep_completed", "keep_failed", "keep_blocked", "retired",
 // "schedule_retired", "block #ID" for a forced block, "submission #ID" for a cancelled
 // submission), and its Old and New values as text ("3", "unlimited", "30s", "14d", "forever",
 // "yes"). A nil value means not overridden: the task inherits what its hosts declare.
 type Change struct {
-	ID    int64
-	At    time.Time
-	By    string
-	Field string
-	Old   *string
-	New   *string
+	ID int64
+	At time.Time
+	By string
+	// Principal is "" on the changes recorded before migration 0016, or by older binaries.
+	Principal string
+	Field     string
+	Old       *string
+	New       *string
 }
 
 // ChangeFilter selects a page of a task's changes, newest first. A nil *ChangeFilter means the
@@ -236,6 +210,9 @@ func (c *Client) TaskChanges(ctx context.Context, app, task string, filter *Chan
 	page.Changes = make([]Change, len(rows))
 	for i, r := range rows {
 		page.Changes[i] = Change{ID: r.ID, At: r.At, By: r.By, Field: r.Field, Old: r.Old, New: r.New}
+		if r.Principal != nil {
+			page.Changes[i].Principal = *r.Principal
+		}
 	}
 	return page, nil
 }

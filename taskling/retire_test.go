@@ -107,14 +107,14 @@ func TestARetiredTaskRefusesStartsAndLeavesTheLists(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, taskling.SettingsUpdate{}, info.Overrides)
 	require.Equal(t, []change{
-		{"enabled", "-", "true", "test-host"},
+		{"enabled", "-", "true", "library@test-host"},
 		{"retired", "no", "yes", "ops"},
-		{"concurrency_limit", "-", "2", "test-host"},
+		{"concurrency_limit", "-", "2", "library@test-host"},
 		{"retired", "yes", "no", "ops"},
 		{"retired", "no", "yes", "ops"},
-		{"concurrency_limit", "2", "-", "test-host"},
-		{"enabled", "true", "-", "test-host"},
-		{"retired", "yes", "no", "test-host"},
+		{"concurrency_limit", "2", "-", "library@test-host"},
+		{"enabled", "true", "-", "library@test-host"},
+		{"retired", "yes", "no", "library@test-host"},
 	}, b.newChanges(t, 0))
 	require.ErrorIs(t, b.client.RetireTask(ctx, b.app, "nope", "ops"), taskling.ErrNotFound)
 	require.ErrorIs(t, b.client.RetireSchedule(ctx, b.app, b.task, "ops"), taskling.ErrNotFound, "it has no schedule")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // PanicError is returned by Run when the function panicked; the execution is marked failed.
@@ -50,6 +52,13 @@ func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx co
 	defer ccancel()
 	if err != nil {
 		_ = exec.RecordError(cctx, err.Error(), true)
+		if exec.startedBlocks.Load() {
+			// The blocks it was running are dead once it ends: say why.
+			msg := truncate(cleanText(fmt.Sprintf("execution %d failed: %v", exec.id, err)))
+			if nerr := c.store.NoteBlockFailure(cctx, exec.id, msg); nerr != nil {
+				c.log.Warn("taskling: could not note a failure on its blocks", zap.Int64("execution", exec.id), zap.Error(nerr))
+			}
+		}
 	}
 	cerr := exec.finish(cctx, err != nil)
 	if err != nil {

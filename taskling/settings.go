@@ -40,10 +40,14 @@ const (
 	// MaxConcurrencyLimit is the largest limit: every acquire rewrites the token list (about 50
 	// bytes a slot) under the task row's lock.
 	MaxConcurrencyLimit = execution.MaxConcurrencyLimit
-	// MinKeepAliveInterval is the shortest heartbeat period.
+	// MinKeepAliveInterval is the shortest heartbeat period, MaxKeepAliveInterval the longest
+	// (an hour).
 	MinKeepAliveInterval = execution.MinKeepAliveInterval
-	// MinThreshold is the shortest KeepAliveDeathThreshold or OverrideThreshold.
+	MaxKeepAliveInterval = execution.MaxKeepAliveInterval
+	// MinThreshold is the shortest KeepAliveDeathThreshold or OverrideThreshold, MaxThreshold the
+	// longest (a day).
 	MinThreshold = execution.MinThreshold
+	MaxThreshold = execution.MaxThreshold
 	// MinKeep is the shortest keep setting (KeepCompleted, KeepFailed, KeepBlocked).
 	MinKeep = execution.MinKeep
 	// KeepForever as a keep setting means "never delete" (it is about 292 years).
@@ -70,18 +74,19 @@ type TaskSettings struct {
 	// ConcurrencyLimit: -1 unlimited, 1 to MaxConcurrencyLimit slots fleet-wide, 0 = not set
 	// here. Default 1.
 	ConcurrencyLimit int
-	// Disabled: starts return ErrTaskDisabled and nothing is written. True at any layer disables
-	// the task, unless an operator override enables it.
+	// Disabled: starts return ErrTaskDisabled and no execution is recorded. True at any layer
+	// disables the task, unless an operator override enables it.
 	Disabled bool
 	// DeathMode: DeathModeKeepAlive (default) or DeathModeOverride.
 	DeathMode DeathMode
-	// KeepAliveInterval between heartbeats. Default 5s; at least MinKeepAliveInterval.
+	// KeepAliveInterval between heartbeats. Default 5s; MinKeepAliveInterval to
+	// MaxKeepAliveInterval.
 	KeepAliveInterval time.Duration
 	// KeepAliveDeathThreshold: a holder silent this long is dead. Default 20s; at least twice the
-	// interval, so one late heartbeat never kills a holder, and at least MinThreshold.
+	// interval, so one late heartbeat never kills a holder, and MinThreshold to MaxThreshold.
 	KeepAliveDeathThreshold time.Duration
-	// OverrideThreshold: required in Override mode (at least MinThreshold); a holder is dead this
-	// long after its start.
+	// OverrideThreshold: required in Override mode (MinThreshold to MaxThreshold); a holder is
+	// dead this long after its start.
 	OverrideThreshold time.Duration
 	// LeaseSafetyMargin: how long before the death threshold (measured on the local monotonic
 	// clock from its last successful heartbeat) an execution cancels its own context. It absorbs
@@ -177,12 +182,22 @@ func (s TaskSettings) validateLayer(layer string) error {
 		return fmt.Errorf("%w: KeepFailed (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepFailed, MinKeep)
 	case s.KeepBlocked != 0 && s.KeepBlocked < MinKeep:
 		return fmt.Errorf("%w: KeepBlocked (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepBlocked, MinKeep)
-	case s.KeepAliveInterval > 0 && s.KeepAliveInterval < MinKeepAliveInterval:
-		return fmt.Errorf("%w: KeepAliveInterval (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.KeepAliveInterval, MinKeepAliveInterval)
-	case s.KeepAliveDeathThreshold > 0 && s.KeepAliveDeathThreshold < MinThreshold:
-		return fmt.Errorf("%w: KeepAliveDeathThreshold (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.KeepAliveDeathThreshold, MinThreshold)
-	case s.OverrideThreshold > 0 && s.OverrideThreshold < MinThreshold:
-		return fmt.Errorf("%w: OverrideThreshold (%s) is %s; want at least %s", ErrInvalidSettings, layer, s.OverrideThreshold, MinThreshold)
+	}
+	for _, d := range []struct {
+		field    string
+		v        time.Duration
+		min, max time.Duration
+	}{
+		{"KeepAliveInterval", s.KeepAliveInterval, MinKeepAliveInterval, MaxKeepAliveInterval},
+		{"KeepAliveDeathThreshold", s.KeepAliveDeathThreshold, MinThreshold, MaxThreshold},
+		{"OverrideThreshold", s.OverrideThreshold, MinThreshold, MaxThreshold},
+	} {
+		switch {
+		case d.v > 0 && d.v < d.min:
+			return fmt.Errorf("%w: %s (%s) is %s; want at least %s", ErrInvalidSettings, d.field, layer, d.v, d.min)
+		case d.v > d.max:
+			return fmt.Errorf("%w: %s (%s) is %s; want at most %s", ErrInvalidSettings, d.field, layer, d.v, d.max)
+		}
 	}
 	return nil
 }
@@ -264,8 +279,12 @@ type SettingsUpdate struct {
 	KeepCompleted *time.Duration
 	KeepFailed    *time.Duration
 	KeepBlocked   *time.Duration
-	// By names who makes the change, in the task's audit trail (TaskChanges); "" means the
-	// client's host name. It is not a setting: Task reports it empty.
+	// By names who makes the change, in the task's audit trail (TaskChanges), when the update
+	// goes through Client.UpdateTaskSettings: it is the Operator's Name ("" means "library@" and
+	// the client's host name). Operations.UpdateTaskSettings ignores it. It is not a setting:
+	// Task reports it empty.
+	//
+	// Deprecated: use client.As(Operator{Name: by}).UpdateTaskSettings, which records the same.
 	By string
 }
 

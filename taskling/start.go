@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -31,8 +30,10 @@ type StartOptions struct {
 	// or panicked, or Execution.RecordError marked it failed before it ended). A blocked (denied)
 	// start claims nothing. Requires ReferenceValue.
 	Idempotent bool
-	// Header is any JSON-encodable value, stored with the execution (Execution.Header); at most
-	// MaxHeaderLength bytes once encoded.
+	// Header is any JSON-encodable value, stored with the execution (Execution.Header) as jsonb,
+	// which reads back an equal value (keys and number formatting may differ); at most
+	// MaxHeaderLength bytes once encoded. What jsonb cannot store (a \u0000 escape, an unpaired
+	// surrogate escape, a number out of numeric's range) is refused (ValidateHeader).
 	Header any
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
 	// Waiters queue in the database: slots go to the oldest waiter across every host (higher
@@ -50,6 +51,7 @@ type StartOptions struct {
 
 	scheduledFor *time.Time
 	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
+	storedHeader []byte        // the submission's header as stored: jsonb's text, passed as is (work.go)
 	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
 }
 
@@ -84,8 +86,12 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	} else if opts.Idempotent {
 		return nil, fmt.Errorf("%w: StartOptions.Idempotent needs a StartOptions.ReferenceValue", ErrInvalidArgument)
 	}
-	if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
-		return nil, err
+	// A stored header is jsonb's own text, whose spaces and expanded numbers may make it longer
+	// than the header submitted: it goes on as it is.
+	if req.Header = opts.storedHeader; req.Header == nil {
+		if req.Header, err = encodeHeader("StartOptions.Header", opts.Header); err != nil {
+			return nil, err
+		}
 	}
 	settings, declared, err := c.declared(ctx, app, task)
 	if opts.section != nil {
@@ -99,6 +105,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	if req.TaskID, err = c.taskID(ctx, app, task); err != nil {
 		return nil, err
 	}
+	c.noteDeclaration(ctx, req)
 	if req.SessionID, err = c.hb.sessionID(ctx); err != nil {
 		return nil, err
 	}
@@ -221,8 +228,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req executio
 			wait = retryDelay(res, wait)
 		case ctx.Err() != nil:
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
-		case execution.IsConnectionError(err):
-			// The database is away: keep waiting, as the caller asked, and retry.
+		case execution.IsUnavailable(err):
+			// The database is away, or read-only until a failover completes: keep waiting, as
+			// the caller asked, and retry.
 		default:
 			return nil, err
 		}
@@ -331,7 +339,6 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req executi
 // cleanup loop (started by a client's first start).
 func (c *Client) settled(app, task string, req execution.AcquireRequest, res execution.AcquireResult, retired bool) {
 	c.report(app, task, req, res, retired)
-	c.noteRetention(req)
 	c.startCleaner()
 }
 
@@ -354,19 +361,22 @@ func (c *Client) report(app, task string, req execution.AcquireRequest, res exec
 	}
 }
 
-// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON.
+// ValidateHeader checks a header as StartExecution and Submit do: JSON-encodable, at most
+// MaxHeaderLength bytes once encoded, and storable by PostgreSQL's jsonb (no \u0000 escape, no
+// unpaired surrogate escape, numbers within numeric's range). The error wraps
+// ErrInvalidArgument and names field. Tools use it to reject a bad header before submitting.
+func ValidateHeader(field string, v any) error {
+	_, err := encodeHeader(field, v)
+	return err
+}
+
+// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON that
+// jsonb can store.
 func encodeHeader(field string, v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
-	h, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s cannot be encoded as JSON: %w", ErrInvalidArgument, field, err)
-	}
-	if len(h) > MaxHeaderLength {
-		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(h), MaxHeaderLength)
-	}
-	return h, nil
+	return encodeJSON(field, v, MaxHeaderLength)
 }
 
 // validateText checks a free-form string stored in a text column: valid UTF-8, no NUL byte

@@ -61,8 +61,8 @@ const MaxMaxAttempts = 1000
 
 // SubmitOptions are the options of a submission. A nil *SubmitOptions means all defaults.
 type SubmitOptions struct {
-	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded), handed to
-	// every attempt (Execution.Header).
+	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded, storable
+	// by jsonb: see StartOptions.Header), handed to every attempt (Execution.Header) as stored.
 	Header any
 	// ReferenceValue makes the submission idempotent: a later Submit of the task with the same
 	// value stores nothing and returns the first one's id, whatever its status. It is also the
@@ -161,8 +161,11 @@ type Submission struct {
 	Priority       int             `json:"priority"`
 	ReferenceValue string          `json:"reference_value,omitempty"`
 	Header         json.RawMessage `json:"header,omitempty"`
-	Attempts       int             `json:"attempts"`
-	MaxAttempts    int             `json:"max_attempts"`
+	// HeaderError says why Header is nil although the submission has one: encoding/json cannot
+	// read the stored value (nested deeper than 10 000, written with SQL).
+	HeaderError string `json:"header_error,omitempty"`
+	Attempts    int    `json:"attempts"`
+	MaxAttempts int    `json:"max_attempts"`
 	// ExecutionID is the execution of the current or last attempt (0: none yet); ItemsDone and
 	// ItemsTotal are its progress (Execution.SetProgress).
 	ExecutionID     int64      `json:"execution_id,omitempty"`
@@ -179,9 +182,10 @@ type Submission struct {
 func submissionOf(r execution.SubmissionRow) Submission {
 	s := Submission{
 		ID: r.ID, Application: r.Application, Task: r.Task, Status: submissionStatusOf(r.Status), Position: r.Position,
-		Priority: r.Priority, Header: headerJSON(r.Header), Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
+		Priority: r.Priority, Attempts: r.Attempts, MaxAttempts: r.MaxAttempts,
 		CancelRequested: r.CancelRequestedAt != nil, SubmittedAt: r.SubmittedAt, UpdatedAt: r.UpdatedAt, FinishedAt: r.FinishedAt,
 	}
+	s.Header, s.HeaderError = storedJSON(r.Header)
 	if r.ReferenceValue != nil {
 		s.ReferenceValue = *r.ReferenceValue
 	}
@@ -282,39 +286,23 @@ func (c *Client) SubmissionAttempts(ctx context.Context, id int64) ([]int64, err
 // MaxCancelReasonLength is the longest cancel reason, in bytes.
 const MaxCancelReasonLength = 2000
 
-// CancelSubmission cancels submission id. A waiting one is cancelled at once and never runs. A
-// running one's Execution.Context() is cancelled with a cause wrapping ErrSubmissionCancelled
-// (within a moment, by notification; at the latest at its next heartbeat); it becomes cancelled
-// when its attempt ends, or completed if the attempt completes anyway. The error wraps
-// ErrNotFound for an unknown id and ErrSubmissionFinished for one already completed, dead or
-// cancelled. The cancel is recorded in the task's audit trail (TaskChanges) as made by this
-// client's host name; CancelSubmissionBy names someone else.
+// CancelSubmission cancels submission id (see Operations.CancelSubmission), recorded as made by
+// "library@" and this client's host name.
 func (c *Client) CancelSubmission(ctx context.Context, id int64, reason string) (Submission, error) {
-	return c.CancelSubmissionBy(ctx, id, reason, "")
+	return c.As(Operator{}).CancelSubmission(ctx, id, reason)
 }
 
-// CancelSubmissionBy is CancelSubmission recorded as made by by ("" means this client's host
-// name).
+// CancelSubmissionBy is CancelSubmission recorded as made by the operator named by ("" means
+// "library@" and this client's host name).
+//
+// Deprecated: use c.As(Operator{Name: by}).CancelSubmission(ctx, id, reason), which records the
+// same.
 func (c *Client) CancelSubmissionBy(ctx context.Context, id int64, reason, by string) (Submission, error) {
-	if err := validateText("reason", reason, MaxCancelReasonLength); err != nil {
-		return Submission{}, err
-	}
-	by, err := c.operator("by", by)
+	o, err := c.asBy("by", by)
 	if err != nil {
 		return Submission{}, err
 	}
-	_, found, err := c.store.CancelSubmission(ctx, id, reason, by)
-	if err != nil {
-		return Submission{}, err
-	}
-	sub, err := c.Submission(ctx, id)
-	if err != nil {
-		return sub, err
-	}
-	if !found {
-		return sub, fmt.Errorf("%w: submission %d is %s", ErrSubmissionFinished, id, sub.Status)
-	}
-	return sub, nil
+	return o.CancelSubmission(ctx, id, reason)
 }
 
 // errCancelled is the cause of a cancelled submission's context.

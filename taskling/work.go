@@ -2,7 +2,6 @@ package taskling
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -35,7 +34,9 @@ type WorkOptions struct {
 // completed submission never runs again. fn returning an error (or panicking), fn marking its
 // execution failed (Execution.RecordError with markFailed, even if fn then returns nil), or its
 // process dying at any point, sends it back to waiting for another attempt, until MaxAttempts
-// attempts were made; it is then dead.
+// attempts were made; it is then dead. An attempt that cannot start because of what the
+// submission holds (a value a start refuses) costs an attempt too, with no execution: a
+// submission that fails every time ends dead and never holds back the ones behind it.
 //
 // When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
 // for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
@@ -185,14 +186,22 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	if err != nil || sub == nil {
 		return false, err
 	}
-	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID}
-	if sub.Header != nil {
-		opts.Header = json.RawMessage(sub.Header)
-	}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, submission: sub.ID, storedHeader: sub.Header}
 	if sub.Reference != nil {
 		opts.ReferenceValue = *sub.Reference
 	}
 	exec, err := c.StartExecution(stopCtx, w.app, w.task, opts)
+	if err != nil && stopCtx.Err() == nil && refusesItsRow(err) {
+		// Given back, it would be first in line again and fail the same way, forever: it costs
+		// an attempt instead, as a failed run does, and the ones behind it go on.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(stopCtx), 5*time.Second)
+		defer cancel()
+		if ferr := c.store.FailSubmissionStart(ctx, sub.ID, session, truncate(cleanText(err.Error()))); ferr != nil {
+			w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
+			return false, ferr
+		}
+		return true, nil
+	}
 	if err != nil {
 		w.unclaim(stopCtx, []execution.ClaimedSubmission{*sub}, session)
 		if stopCtx.Err() != nil {
@@ -206,6 +215,13 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	}
 	w.run(runCtx, exec)
 	return true, nil
+}
+
+// refusesItsRow reports whether a start failed because of what the submission's own row holds
+// (a value a start refuses), not for a passing reason or one every submission of the task shares
+// (its settings, the database): those must not spend the attempts of the whole queue.
+func refusesItsRow(err error) bool {
+	return errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrInvalidSettings)
 }
 
 // unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.

@@ -99,7 +99,7 @@ once it is not). Forcing a block already queued changes nothing.`,
 				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if err := c.ForceBlock(ctx, id, e.operator(by)); err != nil {
+				if err := e.as(c, by).ForceBlock(ctx, id); err != nil {
 					return err
 				}
 				return e.showBlock(ctx, c, id)
@@ -120,6 +120,8 @@ func blockSpan(b taskling.BlockInfo) string {
 		return b.FromTime.UTC().Format(time.RFC3339) + " – " + b.ToTime.UTC().Format(time.RFC3339)
 	case b.Kind == "list":
 		return fmt.Sprintf("%d items", b.ItemCount)
+	case b.ValueError != "":
+		return "(unreadable: " + b.ValueError + ")"
 	}
 	return shorten(string(b.Value), 40)
 }

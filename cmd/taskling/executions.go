@@ -106,11 +106,7 @@ func printExecution(e *env, x httpapi.Execution) error {
 	if x.ReclaimedAt != nil {
 		fmt.Fprintf(w, "Reclaimed: %s\n", clock(*x.ReclaimedAt))
 	}
-	header := "-"
-	if len(x.Header) > 0 {
-		header = string(x.Header)
-	}
-	fmt.Fprintf(w, "Header:    %s\n\n", terminalSafe(header))
+	fmt.Fprintf(w, "Header:    %s\n\n", terminalSafe(storedJSONText(x.Header, deref(x.HeaderError))))
 	t := newTable(w, "TIME", "EVENT", "MESSAGE")
 	for _, ev := range x.Events {
 		t.row(clock(ev.OccurredAt), ev.Type, orDash(deref(ev.Message)))

@@ -335,7 +335,7 @@ func TestServeRefusesAShortTokenAndKeepsProtectReadsAsANoOp(t *testing.T) {
 			return ""
 		})
 	}()
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "every request needs the API token") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "every request needs a token") }, 10*time.Second, 20*time.Millisecond)
 	require.Contains(t, out.String(), "--protect-reads is deprecated and does nothing")
 	cancel()
 	require.Equal(t, exitOK, <-done, out.String())

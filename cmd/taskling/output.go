@@ -26,6 +26,17 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// storedJSONText is a stored JSON value as shown, or why it cannot be read, or "-" for none.
+func storedJSONText(v []byte, unreadable string) string {
+	switch {
+	case unreadable != "":
+		return "(unreadable: " + unreadable + ")"
+	case len(v) == 0:
+		return "-"
+	}
+	return string(v)
+}
+
 // table writes aligned columns.
 type table struct{ tw *tabwriter.Writer }
 

@@ -12,8 +12,13 @@ import (
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// operator is who makes a change from the command line, as the task's audit trail records it:
-// --by, else $USER@host (the host being TASKLING_HOST_NAME or the machine's name).
+// as returns the operator changes of c made from the command line: the task's audit trail records
+// as their principal (and by) --by, else $USER@host (the host being TASKLING_HOST_NAME or the
+// machine's name).
+func (e *env) as(c *taskling.Client, by string) *taskling.Operations {
+	return c.As(taskling.Operator{Name: e.operator(by)})
+}
+
 func (e *env) operator(by string) string {
 	if by != "" {
 		return by
@@ -28,7 +33,7 @@ func (e *env) operator(by string) string {
 	return host
 }
 
-const byUsage = "who makes the change, recorded in the task's changes (default $USER@host)"
+const byUsage = "who makes the change, recorded as its principal in the task's changes (default $USER@host)"
 
 func newTasksRetireCommand(e *env, retire bool) *cobra.Command {
 	var scheduleOnly bool
@@ -44,11 +49,11 @@ With --schedule-only, only its schedule is retired: no host claims its instants,
 can still be started.`,
 	}
 	target := addTaskTarget(cmd, false)
-	change := func(c *taskling.Client) func(context.Context, string, string, string) error {
+	change := func(op *taskling.Operations) func(context.Context, string, string) error {
 		if scheduleOnly {
-			return c.RetireSchedule
+			return op.RetireSchedule
 		}
-		return c.RetireTask
+		return op.RetireTask
 	}
 	if !retire {
 		cmd.Use = "unretire APP/TASK [--schedule-only] [--by NAME]"
@@ -57,11 +62,11 @@ can still be started.`,
 listed again. Its schedule (if it has one) claims instants from now on: those that came due while
 it was retired are recorded as retired in its schedule history, not run.
 With --schedule-only, only its schedule's retirement ends.`
-		change = func(c *taskling.Client) func(context.Context, string, string, string) error {
+		change = func(op *taskling.Operations) func(context.Context, string, string) error {
 			if scheduleOnly {
-				return c.UnretireSchedule
+				return op.UnretireSchedule
 			}
-			return c.UnretireTask
+			return op.UnretireTask
 		}
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -73,7 +78,7 @@ With --schedule-only, only its schedule's retirement ends.`
 			return err
 		}
 		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-			if err := change(c)(ctx, app, task, e.operator(by)); err != nil {
+			if err := change(e.as(c, by))(ctx, app, task); err != nil {
 				return err
 			}
 			return e.showTask(ctx, c, app, task)
@@ -97,7 +102,7 @@ func newTasksChangesCommand(e *env) *cobra.Command {
 	var before int64
 	cmd := &cobra.Command{
 		Use:   "changes APP/TASK [--limit N] [--before ID]",
-		Short: "The task's operator changes, newest first: when, who, which field, old → new",
+		Short: "The task's operator changes, newest first: when, who (principal and by), which field, old → new",
 	}
 	target := addTaskTarget(cmd, false)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -139,9 +144,9 @@ func printChanges(w io.Writer, changes []httpapi.Change) error {
 		_, err := fmt.Fprintln(w, "No operator change yet.")
 		return err
 	}
-	t := newTable(w, "CHANGED", "BY", "FIELD", "OLD → NEW")
+	t := newTable(w, "CHANGED", "PRINCIPAL", "BY", "FIELD", "OLD → NEW")
 	for _, c := range changes {
-		t.row(clock(c.At), c.By, c.Field, c.OldText()+" → "+c.NewText())
+		t.row(clock(c.At), c.PrincipalText(), c.By, c.Field, c.OldText()+" → "+c.NewText())
 	}
 	return t.flush()
 }

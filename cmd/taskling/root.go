@@ -34,7 +34,7 @@ Exit codes:
   0  success
   1  failure: a query failed, or the server stopped with an error
   2  usage: unknown command, bad argument, flag or value, or no database URL
-  3  not found: no such task, execution or submission
+  3  not found: no such task, execution, submission, block or principal
   4  the database cannot be reached
   5  migrate status: some migrations are not applied yet
 Errors are printed on stderr as one line starting with "taskling: ".`
@@ -42,7 +42,7 @@ Errors are printed on stderr as one line starting with "taskling: ".`
 func newRootCommand(e *env) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "taskling",
-		Short:         "Operate taskling tasks: slots, holders, executions, overrides, submissions, dashboard",
+		Short:         "Operate taskling tasks: slots, holders, executions, overrides, submissions, dashboard, its principals",
 		Long:          rootHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -61,7 +61,7 @@ func newRootCommand(e *env) *cobra.Command {
 	root.PersistentFlags().StringVar(&e.databaseURL, "database-url", "", "PostgreSQL URL (default $TASKLING_DATABASE_URL)")
 	root.PersistentFlags().StringVarP(&e.output, "output", "o", "table", "output format: table or json")
 	root.PersistentFlags().DurationVar(&e.timeout, "timeout", 30*time.Second, "time limit of a command's database work (not of serve)")
-	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newBlocksCommand(e), newCleanupCommand(e), newServeCommand(e))
+	root.AddCommand(newMigrateCommand(e), newTasksCommand(e), newExecutionsCommand(e), newSubmitCommand(e), newSubmissionsCommand(e), newBlocksCommand(e), newCleanupCommand(e), newServeCommand(e), newTokensCommand(e))
 	// Unknown subcommands of a command group are usage errors too.
 	for _, c := range root.Commands() {
 		if !c.Runnable() {

@@ -164,7 +164,7 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 				return err
 			}
 			return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-				if _, err := c.CancelSubmissionBy(ctx, id, reason, e.operator(by)); err != nil {
+				if _, err := e.as(c, by).CancelSubmission(ctx, id, reason); err != nil {
 					return err
 				}
 				return e.showSubmission(ctx, c, id)
@@ -246,11 +246,7 @@ func (e *env) showSubmission(ctx context.Context, c *taskling.Client, id int64) 
 	fmt.Fprintf(w, "Attempts:   %d/%d\n", s.Attempts, s.MaxAttempts)
 	fmt.Fprintf(w, "Progress:   %s\n", submissionProgress(s.Submission))
 	fmt.Fprintf(w, "Reference:  %s\n", terminalSafe(orDash(s.ReferenceValue)))
-	header := "-"
-	if len(s.Header) > 0 {
-		header = string(s.Header)
-	}
-	fmt.Fprintf(w, "Header:     %s\n", terminalSafe(header))
+	fmt.Fprintf(w, "Header:     %s\n", terminalSafe(storedJSONText(s.Header, s.HeaderError)))
 	fmt.Fprintf(w, "Submitted:  %s\n", clock(s.SubmittedAt))
 	fmt.Fprintf(w, "Updated:    %s\n", clock(s.UpdatedAt))
 	if s.FinishedAt != nil {

@@ -185,6 +185,6 @@ func TestTasksListShowsTheWaitingColumn(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	out := ok(t, f.url, "tasks", "list")
 	require.Regexp(t, `(?m)^TASK\s+LIMIT\s+SOURCE\s+SLOTS\s+WAITING\s+ENABLED\s+LAST EXECUTION$`, out)
-	require.Regexp(t, `(?m)^billing/export\s+2\s+declared\s+2/2\s+1\s+declared\s+#\d+ blocked`, out)
-	require.Regexp(t, `(?m)^billing/import\s+unlimited\s+declared\s+0/unlimited\s+0\s+declared`, out)
+	require.Regexp(t, `(?m)^billing/export\s+2\s+declared\s+2/2\s+1\s+yes \(declared\)\s+#\d+ blocked`, out)
+	require.Regexp(t, `(?m)^billing/import\s+unlimited\s+declared\s+0/unlimited\s+0\s+yes \(declared\)`, out)
 }

@@ -34,7 +34,7 @@ func newTasksCommand(e *env) *cobra.Command {
 			if _, err := httpapi.LoadTask(ctx, c, app, task); err != nil {
 				return err
 			}
-			if err := c.ClearOverridesBy(ctx, app, task, e.operator(clearBy)); err != nil {
+			if err := e.as(c, clearBy).ClearOverrides(ctx, app, task); err != nil {
 				return err
 			}
 			return e.showTask(ctx, c, app, task)
@@ -149,8 +149,8 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 			u.Enabled = &on
 		}
 		if flags.Changed("keep-alive-threshold") {
-			if threshold < taskling.MinThreshold {
-				return usageErrorf("--keep-alive-threshold is %s; want at least %s", threshold, taskling.MinThreshold)
+			if threshold < taskling.MinThreshold || threshold > taskling.MaxThreshold {
+				return usageErrorf("--keep-alive-threshold is %s; want at least %s and at most %s", threshold, taskling.MinThreshold, taskling.MaxThreshold)
 			}
 			u.KeepAliveDeathThreshold = &threshold
 		}
@@ -171,9 +171,8 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 		if err := checkBy(by); err != nil {
 			return err
 		}
-		u.By = e.operator(by)
 		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-			if err := c.UpdateTaskSettings(ctx, app, task, u); err != nil {
+			if err := e.as(c, by).UpdateTaskSettings(ctx, app, task, u); err != nil {
 				return err
 			}
 			return e.showTask(ctx, c, app, task)
@@ -209,7 +208,7 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		if task.Disagreement != nil && source == "declared" {
 			source = "declared (hosts disagree)"
 		}
-		t.row(task.Application+"/"+task.Task, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), enabledText(task.Enabled), last)
+		t.row(task.Application+"/"+task.Task, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), enabledText(task), last)
 	}
 	return t.flush()
 }
@@ -231,14 +230,19 @@ func retentionText(r httpapi.Retention) string {
 	return s
 }
 
-func enabledText(p *bool) string {
-	switch {
-	case p == nil:
-		return "declared"
-	case *p:
-		return "yes (override)"
+// enabledText: whether the task's starts are served, and where that comes from.
+func enabledText(t httpapi.Task) string {
+	yes := "no"
+	if t.EnabledNow {
+		yes = "yes"
 	}
-	return "no (override)"
+	switch {
+	case t.Retired != nil:
+		return "no (retired)"
+	case t.EnabledSource == "none":
+		return yes + " (default)"
+	}
+	return yes + " (" + t.EnabledSource + ")"
 }
 
 func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string) error {
@@ -260,7 +264,10 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 		declared += fmt.Sprintf("; %s declared %s until %s (hosts disagree: each grant obeys its requester's)", g.OtherHost, limitText(g.OtherLimit), clock(g.At))
 	}
 	fmt.Fprintf(w, "Declared:  %s\n", terminalSafe(declared))
-	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Enabled))
+	fmt.Fprintf(w, "Enabled:   %s\n", enabledText(d.Task))
+	if d.SettingsError != nil {
+		fmt.Fprintf(w, "Settings:  INVALID, every start fails: %s\n", terminalSafe(*d.SettingsError))
+	}
 	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))
 	if d.Waiting > 0 && d.OldestWaitSince != nil {
 		fmt.Fprintf(w, "Waiting:   %d (oldest since %s)\n", d.Waiting, d.OldestWaitSince.UTC().Format(time.RFC3339))

@@ -6,7 +6,9 @@ package browser_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -172,7 +174,8 @@ func TestDashboardInARealBrowser(t *testing.T) {
 
 // checkRaisedLimit: a fresh load of the task page at url shows the limit raised to 3 in the
 // browser, its source and the new holder, and the change in the task's changes — when, who (the
-// dashboard's session and the browser's address), the field, old → new.
+// principal the browser signed in as, TASKLING_API_TOKEN's "token", and the by, that principal
+// too), the field, old → new.
 func checkRaisedLimit(t *testing.T, bctx context.Context, url string, holder int64) {
 	t.Helper()
 	require.NoError(t, chromedp.Do(bctx,
@@ -183,14 +186,14 @@ func checkRaisedLimit(t *testing.T, bctx context.Context, url string, holder int
 	require.Contains(t, summary, "override")
 	require.Contains(t, summary, "2 / 3")
 	changes := text(t, bctx, `#changes tbody`)
-	require.Contains(t, changes, "dashboard@127.0.0.1\tconcurrency_limit\tinherited → 3")
+	require.Contains(t, changes, "token\ttoken\tconcurrency_limit\tinherited → 3")
 }
 
 // openBrowser starts headless Chromium for the test (closed when it ends); the test's steps in
 // the browser must all end within budget.
-func openBrowser(t *testing.T, browser string, budget time.Duration) context.Context {
+func openBrowser(t *testing.T, browser string, budget time.Duration, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append([]chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(browser),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -204,7 +207,7 @@ func openBrowser(t *testing.T, browser string, budget time.Duration) context.Con
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 860),
-	)
+	}, extra...)...)
 	t.Cleanup(cancelAlloc)
 	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(cancelBrowser)
@@ -718,4 +721,38 @@ func serveDashboard(t *testing.T, limit int) (*pgxpool.Pool, *taskling.Client, *
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return pool, client, srv
+}
+
+// TestSignInNeverLeavesForAnotherHost is issue 23 item 1: safeNext let "\t//evil.example"
+// through, and after a real sign-in Chromium (which drops tabs from URLs) landed on that other
+// host. Chromium resolves evil.example to a second local server, so that the landing shows.
+func TestSignInNeverLeavesForAnotherHost(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	_, _, srv := serveDashboard(t, 1)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`<!doctype html><title>evil</title><p id="evil">another host</p>`))
+	}))
+	t.Cleanup(evil.Close)
+	bctx := openBrowser(t, browser, time.Minute,
+		chromedp.Flag("host-resolver-rules", "MAP evil.example "+strings.TrimPrefix(evil.URL, "http://")))
+	for _, next := range []string{"\t//evil.example/", "\n//evil.example/", "\r\n//evil.example", `/\evil.example/`, " //evil.example/", "%09//evil.example/"} {
+		require.NoError(t, chromedp.Do(bctx,
+			chromedp.Navigate(srv.URL+"/login?next="+url.QueryEscape(next)),
+			chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		))
+		require.NoError(t, chromedp.Do(bctx,
+			chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+			chromedp.Click(chromedp.CSS(`#login-submit`)),
+		))
+		var landed string
+		require.Eventually(t, func() bool {
+			v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.readyState === "complete" && !document.getElementById("login-form") ? location.href : ""`))
+			landed = v
+			return err == nil && v != ""
+		}, 10*time.Second, 50*time.Millisecond, "the sign-in leads somewhere (next %q)", next)
+		require.Equal(t, srv.URL+"/", landed, "next %q: the browser stays on the dashboard", next)
+		// Sign out, so that the next round signs in again.
+		require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#sign-out`)), chromedp.WaitVisible(chromedp.CSS(`#login-form`))))
+	}
 }

@@ -1,26 +1,39 @@
 package httpapi
 
 import (
-	"crypto/hmac"
+	"context"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+
+	"go.uber.org/zap"
+
+	"github.com/taskling-go/taskling/internal/principals"
+	"github.com/taskling-go/taskling/taskling"
 )
 
-// Who may do what, when Options.Token is set:
-//   - a request with "Authorization: Bearer <token>" may do anything (scripts, Prometheus);
-//   - a browser signs in once at POST /login and gets a session cookie: HttpOnly (no script can
-//     read it), SameSite=Strict (no other site can make the browser send it), scoped to
-//     Options.BasePath, Secure behind TLS. Its value is derived from the token, never the token;
+// Who may do what, when the handler has principals (Options.Token, Options.PrincipalsFile):
+//   - a request with "Authorization: Bearer <token>" acts as the principal whose token it is
+//     (scripts, Prometheus); TASKLING_API_TOKEN is the principal "token", an operator;
+//   - a browser signs in once at POST /login with a token and gets a session cookie: a random id
+//     whose SHA-256 names a row of taskling.api_session (so every replica knows it, and a
+//     sign-out ends it everywhere). The cookie is HttpOnly (no script can read it),
+//     SameSite=Strict (no other site can make the browser send it), scoped to Options.BasePath,
+//     Secure behind TLS;
 //   - reads (the API, the pages, /metrics) need one or the other unless PublicReads (or, for
-//     /metrics, PublicMetrics) says otherwise;
+//     /metrics, PublicMetrics) says otherwise; changes need a principal of the operate role
+//     (a read principal gets 403);
 //   - a change through the session cookie also needs the X-Taskling-Request header, which only
 //     a same-origin script can send (a cross-site form cannot set headers).
-// Without a token the server is read-only and every read is public.
+// Without principals the server is read-only and every read is public.
 
 // MinTokenLength is the shortest API token accepted: 32 bytes, like the output of
 // `openssl rand -base64 32`.
@@ -33,43 +46,149 @@ const (
 	sessionMaxAge = 12 * time.Hour
 )
 
-// sessionValue is what the session cookie holds: an HMAC of a fixed label under the token, so a
-// leaked cookie does not reveal the API token (and dies with it when the token is rotated).
-func sessionValue(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("taskling dashboard session v1"))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// identity is who a request is: a principal, by a bearer token or a session, or nobody.
+type identity struct {
+	principal principals.Principal
+	session   string // the session id, when by a session
+	ok        bool
 }
 
-func (h *Handler) bearerOK(r *http.Request) bool {
-	v := r.Header.Get("Authorization")
-	t, ok := strings.CutPrefix(v, "Bearer ")
-	return ok && h.opts.Token != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(t)), []byte(h.opts.Token)) == 1
+// errLocked: the client's address failed to sign in too often lately.
+var errLocked = errors.New("too many failed sign-ins from this address")
+
+// errBadToken: the request's bearer token is no principal's.
+var errBadToken = errors.New("wrong bearer token")
+
+// whoKey holds the request's *who in its context: identify runs once per request.
+type whoKey struct{}
+
+type who struct {
+	done bool
+	id   identity
+	err  error
 }
 
-func (h *Handler) sessionOK(r *http.Request) bool {
+// identify says who the request is: errLocked or errBadToken for a refused bearer token, or the
+// error of reading its session.
+func (h *Handler) identify(r *http.Request) (identity, error) {
+	memo, _ := r.Context().Value(whoKey{}).(*who)
+	if memo == nil {
+		memo = &who{}
+	}
+	if !memo.done {
+		memo.id, memo.err = h.identifyOnce(r)
+		memo.done = true
+	}
+	return memo.id, memo.err
+}
+
+func (h *Handler) identifyOnce(r *http.Request) (identity, error) {
+	if h.source == nil {
+		return identity{}, nil
+	}
+	set := h.principals(r.Context())
+	if v := r.Header.Get("Authorization"); v != "" {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			addr := remoteHost(r)
+			if h.failures.locked(addr, time.Now()) {
+				return identity{}, errLocked
+			}
+			p, ok := set.Authenticate(strings.TrimSpace(t))
+			if !ok {
+				h.refused(addr, "bearer token")
+				return identity{}, errBadToken
+			}
+			return identity{principal: p, ok: true}, nil
+		}
+	}
 	c, err := r.Cookie(sessionCookie)
-	if err != nil || h.opts.Token == "" {
-		return false
+	if err != nil || c.Value == "" {
+		return identity{}, nil
 	}
-	v, err := url.QueryUnescape(c.Value) // a cookie value may arrive percent-encoded
+	id, err := url.QueryUnescape(c.Value) // a cookie value may arrive percent-encoded
 	if err != nil {
-		return false
+		return identity{}, nil
 	}
-	return subtle.ConstantTimeCompare([]byte(v), []byte(h.session)) == 1
+	s, err := h.client.APISessions().Get(r.Context(), id)
+	if errors.Is(err, taskling.ErrNotFound) {
+		return identity{}, nil
+	}
+	if err != nil {
+		return identity{}, err
+	}
+	p, ok := set.Lookup(s.Principal)
+	if !ok || s.Credential != credential(p) {
+		return identity{}, nil // its token was removed or replaced (the session ends as it is seen)
+	}
+	return identity{principal: p, session: id, ok: true}, nil
 }
 
-// authenticated reports whether the request carries the token or a session.
-func (h *Handler) authenticated(r *http.Request) bool { return h.bearerOK(r) || h.sessionOK(r) }
+// principals returns the principals known now; when the file changed, the sessions of the
+// principals it no longer has with the same token end, and a refused file is logged.
+func (h *Handler) principals(ctx context.Context) *principals.Set {
+	set, change := h.source.Current()
+	if change == nil {
+		return set
+	}
+	if change.Problem != "" {
+		h.log.Error("taskling http: the principals file is refused; until it is fixed only TASKLING_API_TOKEN signs in",
+			zap.String("file", h.opts.PrincipalsFile), zap.String("problem", change.Problem))
+	}
+	if len(change.Gone) > 0 {
+		// Not bound by the request's context: the rows go even if its client leaves. Should it
+		// fail, the sessions are refused anyway, as their credential no longer matches.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.RequestTimeout)
+		defer cancel()
+		n, err := h.client.APISessions().EndAll(ctx, change.Gone...)
+		if err != nil {
+			h.log.Error("taskling http: end the sessions of removed principals", zap.Strings("principals", change.Gone), zap.Error(err))
+			return set
+		}
+		h.log.Info("taskling http: principals removed or given a new token; their sessions ended",
+			zap.Strings("principals", change.Gone), zap.Int64("sessions", n))
+	}
+	return set
+}
+
+// credential is what a session of p is checked against: a fingerprint of its token's hash, so
+// that a new token for the same name ends the session (the table never holds the hash itself).
+func credential(p principals.Principal) string {
+	sum := sha256.Sum256([]byte("taskling session credential\x00" + p.TokenSHA256))
+	return hex.EncodeToString(sum[:8])
+}
+
+// refused logs a refused sign-in — never the token — and counts it against the address.
+func (h *Handler) refused(addr, how string) {
+	n, locked := h.failures.fail(addr, time.Now())
+	h.log.Warn("taskling http: sign-in refused", zap.String("remote", addr), zap.String("with", how), zap.Int("failures_in_last_minute", n))
+	if locked {
+		h.log.Warn("taskling http: too many failed sign-ins; the address gets 429 for a while",
+			zap.String("remote", addr), zap.Duration("for", lockout))
+	}
+}
+
+// denied answers a request whose authentication failed or is missing.
+func (h *Handler) denied(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, errLocked):
+		tooManyFailures(w)
+	case err == nil, errors.Is(err, errBadToken):
+		unauthorized(w)
+	default:
+		h.fail(w, r, err)
+	}
+}
 
 // readsProtected reports whether reads need authentication.
-func (h *Handler) readsProtected() bool { return h.opts.Token != "" && !h.opts.PublicReads }
+func (h *Handler) readsProtected() bool { return h.source != nil && !h.opts.PublicReads }
 
 func (h *Handler) readAccess(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.readsProtected() && !h.authenticated(r) {
-			unauthorized(w)
-			return
+		if h.readsProtected() {
+			if id, err := h.identify(r); !id.ok {
+				h.denied(w, r, err)
+				return
+			}
 		}
 		next(w, r)
 	})
@@ -84,14 +203,20 @@ func (h *Handler) metricsAccess(next http.HandlerFunc) http.Handler {
 
 func (h *Handler) writeAccess(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case h.opts.Token == "":
-			writeError(w, http.StatusForbidden, "", "the server is read-only: start it with an API token (TASKLING_API_TOKEN) to allow changes")
+		if h.source == nil {
+			writeError(w, http.StatusForbidden, "", "the server is read-only: start it with principals (--principals) or an API token (TASKLING_API_TOKEN) to allow changes")
 			return
-		case h.bearerOK(r):
-		case h.sessionOK(r) && r.Header.Get(requestHeader) != "":
-		default:
+		}
+		id, err := h.identify(r)
+		switch {
+		case !id.ok:
+			h.denied(w, r, err)
+			return
+		case id.session != "" && r.Header.Get(requestHeader) == "":
 			unauthorized(w)
+			return
+		case !id.principal.MayChange():
+			writeError(w, http.StatusForbidden, "", "principal "+strconv.Quote(id.principal.Name)+" has the "+string(id.principal.Role)+" role: changes need the operate role")
 			return
 		}
 		// A change without a body (a DELETE, a cancel without a reason) has nothing to type.
@@ -105,17 +230,36 @@ func (h *Handler) writeAccess(next http.HandlerFunc) http.Handler {
 	})
 }
 
+// as returns the operator changes of the request's principal (writeAccess let it through), with
+// the note the request gives.
+func (h *Handler) as(r *http.Request, note string) *taskling.Operations {
+	id, _ := h.identify(r)
+	return h.client.As(taskling.Operator{Name: id.principal.Name, Note: note})
+}
+
 // pageAccess guards the dashboard's pages: without authentication, a protected page is the
 // sign-in form.
 func (h *Handler) pageAccess(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if h.readsProtected() && !h.authenticated(r) {
-			h.renderLogin(w, r, http.StatusUnauthorized, "")
-			return
+		if h.readsProtected() {
+			id, err := h.identify(r)
+			switch {
+			case errors.Is(err, errLocked):
+				h.renderLogin(w, r, http.StatusTooManyRequests, lockedProblem)
+				return
+			case err != nil && !errors.Is(err, errBadToken):
+				h.fail(w, r, err)
+				return
+			case !id.ok:
+				h.renderLogin(w, r, http.StatusUnauthorized, "")
+				return
+			}
 		}
 		next(w, r)
 	})
 }
+
+const lockedProblem = "Too many failed sign-ins from your address: try again in a minute."
 
 func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	p := h.basePage(r, "Sign in")
@@ -128,6 +272,9 @@ func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, status int
 	}
 	next = safeNext(next)
 	p.Data = loginData{Next: next, Problem: problem}
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(int(lockout.Seconds())))
+	}
 	h.render(w, r, status, "login", p)
 }
 
@@ -136,24 +283,43 @@ type loginData struct {
 	Problem string
 }
 
-// login checks the token posted by the sign-in form and sets the session cookie.
+// login checks the token posted by the sign-in form and starts a session.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
-	if h.opts.Token == "" {
-		writeError(w, http.StatusNotFound, "", "this server has no API token: there is nothing to sign in to")
+	if h.source == nil {
+		writeError(w, http.StatusNotFound, "", "this server has no principals: there is nothing to sign in to")
+		return
+	}
+	addr := remoteHost(r)
+	if h.failures.locked(addr, time.Now()) {
+		h.renderLogin(w, r, http.StatusTooManyRequests, lockedProblem)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	given := r.PostFormValue("token")
-	if subtle.ConstantTimeCompare([]byte(given), []byte(h.opts.Token)) != 1 {
-		h.renderLogin(w, r, http.StatusUnauthorized, "That is not this server's API token.")
+	p, ok := h.principals(r.Context()).Authenticate(r.PostFormValue("token"))
+	if !ok {
+		h.refused(addr, "sign-in form")
+		h.renderLogin(w, r, http.StatusUnauthorized, "That is not the token of any principal of this server.")
 		return
 	}
-	http.SetCookie(w, h.cookie(r, h.session, int(sessionMaxAge.Seconds())))
+	id, err := h.client.APISessions().Start(r.Context(), p.Name, credential(p), sessionMaxAge)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	http.SetCookie(w, h.cookie(r, id, int(sessionMaxAge.Seconds())))
 	http.Redirect(w, r, h.opts.BasePath+safeNext(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
-// logout ends the browser's session.
+// logout ends the browser's session, on every replica.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
+		if id, err := url.QueryUnescape(c.Value); err == nil {
+			if err := h.client.APISessions().End(r.Context(), id); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
+	}
 	http.SetCookie(w, h.cookie(r, "", -1))
 	http.Redirect(w, r, h.opts.BasePath, http.StatusSeeOther)
 }
@@ -166,13 +332,33 @@ func (h *Handler) cookie(r *http.Request, value string, maxAge int) *http.Cookie
 	}
 }
 
-// safeNext keeps a post-login destination inside the handler: a relative path, never another
-// host ("//evil", "https://…") or a climb out ("../").
+// safeNext keeps a post-login destination inside the handler: a path relative to its root. It
+// is parsed as a URL, as the browser will: no scheme, no host, no user, no leading "/", no
+// backslash (browsers read it as "/"), no control, space or format character (browsers drop tabs
+// and newlines, so "\t//evil" would become "//evil"), not even percent-encoded, no ".." segment.
+// Anything else is "".
 func safeNext(next string) string {
-	if next == "" || strings.HasPrefix(next, "/") || strings.Contains(next, "\\") || strings.Contains(next, "..") || strings.Contains(next, ":") {
+	odd := func(r rune) bool {
+		return r == '\\' || unicode.IsControl(r) || unicode.IsSpace(r) || unicode.Is(unicode.Cf, r)
+	}
+	if next == "" || strings.ContainsFunc(next, odd) {
+		return ""
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || strings.ContainsFunc(u.Path, odd) ||
+		strings.HasPrefix(u.Path, "/") || slices.Contains(strings.Split(u.Path, "/"), "..") {
 		return ""
 	}
 	return next
+}
+
+// remoteHost is the client's address without its port.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func isJSON(contentType string) bool {
@@ -189,5 +375,10 @@ func quoteOr(s, empty string) string {
 
 func unauthorized(w http.ResponseWriter) {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="taskling"`)
-	writeError(w, http.StatusUnauthorized, "Authorization", "missing or wrong bearer token (Authorization: Bearer $TASKLING_API_TOKEN)")
+	writeError(w, http.StatusUnauthorized, "Authorization", "missing or wrong bearer token (Authorization: Bearer $TASKLING_API_TOKEN, or a principal's token)")
+}
+
+func tooManyFailures(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(lockout.Seconds())))
+	writeError(w, http.StatusTooManyRequests, "Authorization", "too many failed sign-ins from this address: try again in a minute")
 }

@@ -56,7 +56,7 @@ func TestBrowserSessionIsAServerSetHttpOnlyCookieScopedToTheMountPath(t *testing
 	resp, err = browser.PostForm(srv.URL+"/taskling/login", url.Values{"token": {"wrong"}, "next": {"tasks/app/export"}})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
-	require.Contains(t, readBody(t, resp), "That is not this server")
+	require.Contains(t, readBody(t, resp), "That is not the token of any principal")
 
 	resp, err = browser.PostForm(srv.URL+"/taskling/login", url.Values{"token": {token}, "next": {"tasks/app/export"}})
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func TestBrowserSessionIsAServerSetHttpOnlyCookieScopedToTheMountPath(t *testing
 	changes, err := client.TaskChanges(t.Context(), "app", "export", nil)
 	require.NoError(t, err)
 	require.Len(t, changes.Changes, 1)
-	require.Equal(t, "dashboard@127.0.0.1", changes.Changes[0].By, "a change through the session is the dashboard's")
+	require.Equal(t, "token", changes.Changes[0].Principal, "a change through the session is its principal's")
 
 	// Behind TLS the cookie is Secure.
 	req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/taskling/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
@@ -122,7 +122,7 @@ func TestSignInRedirectsStayInsideTheHandler(t *testing.T) {
 	t.Parallel()
 	srv, _ := mounted(t)
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, next := range []string{"//evil.example", "https://evil.example/", "/etc", "../admin", `\\evil`} {
+	for _, next := range []string{"//evil.example", "https://evil.example/", "/etc", "../admin", `\\evil`, "\t//evil.example", "\n//evil.example"} {
 		resp, err := noFollow.PostForm(srv.URL+"/taskling/login", url.Values{"token": {token}, "next": {next}})
 		require.NoError(t, err)
 		readBody(t, resp)

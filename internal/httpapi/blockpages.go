@@ -47,7 +47,7 @@ var blockStatusOrder = []taskling.BlockStatus{taskling.BlockNotStarted, taskling
 // canForce reports whether the page offers to force blocks: the browser may make changes. Any
 // block can be forced; one already forced shows that instead of the button.
 func canForce(p page, b taskling.BlockInfo) bool {
-	return p.CanWrite && p.SignedIn && !b.ForcePending
+	return p.MayChange && !b.ForcePending
 }
 
 func (h *Handler) loadTaskBlocks(r *http.Request, p page, app, task string) (taskBlocks, error) {
@@ -158,6 +158,8 @@ func blockSpan(b taskling.BlockInfo, max int) string {
 			return "1 item"
 		}
 		return fmt.Sprintf("%d items", b.ItemCount)
+	case b.ValueError != "":
+		return "(unreadable)"
 	}
 	return shorten(string(b.Value), max)
 }

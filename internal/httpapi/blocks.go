@@ -20,7 +20,7 @@ type BlockDetail struct {
 
 // ForceRequest is the optional body of POST /api/v1/blocks/{id}/force.
 type ForceRequest struct {
-	// ForcedBy names who asked, recorded before how the request came ("alice (api@10.0.0.5)").
+	// ForcedBy is a note recorded beside the principal that forces the block (its by).
 	ForcedBy string `json:"forced_by"`
 }
 
@@ -102,7 +102,7 @@ func (h *Handler) forceBlock(w http.ResponseWriter, r *http.Request) {
 		badField(w, err)
 		return
 	}
-	if err := h.client.ForceBlock(r.Context(), id, h.operator(r, req.ForcedBy)); err != nil {
+	if err := h.as(r, req.ForcedBy).ForceBlock(r.Context(), id); err != nil {
 		h.fail(w, r, err)
 		return
 	}

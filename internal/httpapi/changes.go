@@ -3,15 +3,15 @@ package httpapi
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// Retirement is when, and by whom, a task or its schedule was retired.
+// Retirement is when, and by whom (the principal), a task or its schedule was retired.
 type Retirement struct {
 	At time.Time `json:"at"`
 	By string    `json:"by"`
@@ -24,15 +24,26 @@ func retirementView(r *taskling.Retirement) *Retirement {
 	return &Retirement{At: r.At, By: r.By}
 }
 
-// Change is one operator change of a task: who, when, which field, its old and new value as
-// text (null: not overridden, the task inherits what its hosts declare).
+// Change is one operator change of a task: who (the principal, null on changes recorded
+// before principals were; and by, the note given beside it or else the principal), when, which
+// field, its old and new value as text (null: not overridden, the task inherits what its hosts
+// declare).
 type Change struct {
-	ID    int64     `json:"id"`
-	At    time.Time `json:"at"`
-	By    string    `json:"by"`
-	Field string    `json:"field"`
-	Old   *string   `json:"old"`
-	New   *string   `json:"new"`
+	ID        int64     `json:"id"`
+	At        time.Time `json:"at"`
+	Principal *string   `json:"principal"`
+	By        string    `json:"by"`
+	Field     string    `json:"field"`
+	Old       *string   `json:"old"`
+	New       *string   `json:"new"`
+}
+
+// PrincipalText is the principal as pages and tables show it: "-" when none was recorded.
+func (c Change) PrincipalText() string {
+	if c.Principal == nil {
+		return "-"
+	}
+	return *c.Principal
 }
 
 // OldText and NewText are the values as pages and tables show them.
@@ -92,6 +103,9 @@ func LoadChanges(ctx context.Context, c *taskling.Client, q ChangesQuery) (Chang
 	page := ChangePage{Changes: make([]Change, len(p.Changes))}
 	for i, ch := range p.Changes {
 		page.Changes[i] = Change{ID: ch.ID, At: ch.At, By: ch.By, Field: ch.Field, Old: ch.Old, New: ch.New}
+		if ch.Principal != "" {
+			page.Changes[i].Principal = &ch.Principal
+		}
 	}
 	if p.NextBefore != 0 {
 		next := p.NextBefore
@@ -124,46 +138,24 @@ func (h *Handler) listChanges(w http.ResponseWriter, r *http.Request) {
 type RetireRequest struct {
 	// ScheduleOnly retires (or unretires) the task's schedule only.
 	ScheduleOnly bool `json:"schedule_only"`
-	// By names who asks, recorded with the change before how the request came.
+	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
 }
 
-// maxGivenBy is the longest name a request may give for who makes a change: the name recorded
-// adds how the request came ("api@" and the client's address).
-const maxGivenBy = 140
-
-// checkBy returns a *FieldError for a name a request gives for who makes a change.
+// checkBy returns a *FieldError for a note a request gives beside its principal: a name, as the
+// library checks it.
 func checkBy(field, by string) error {
 	if by == "" {
 		return nil
 	}
-	if len(by) > maxGivenBy {
-		return &FieldError{field, fmt.Sprintf("is %d bytes; at most %d allowed", len(by), maxGivenBy)}
-	}
-	if taskling.ValidateOperator(field, by) != nil {
-		return &FieldError{field, "must be valid UTF-8 without control or invisible characters (bidi controls, zero-width characters)"}
+	if err := taskling.ValidateOperator(field, by); err != nil {
+		msg := err.Error()
+		if _, after, ok := strings.Cut(msg, ": "+field+" "); ok {
+			msg = after // "contains control character U+000A"
+		}
+		return &FieldError{field, msg}
 	}
 	return nil
-}
-
-// operator is who makes a change through the handler, as the task's audit trail records it:
-// how the request was authenticated — "api" for the bearer token, "dashboard" for a browser's
-// session — and the client's address, after the name the request gives, if any: "api@10.0.0.5",
-// "alice (api@10.0.0.5)". (There is one token, so no token name to record.)
-func (h *Handler) operator(r *http.Request, given string) string {
-	via := "dashboard"
-	if h.bearerOK(r) {
-		via = "api"
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	who := via + "@" + host
-	if given != "" {
-		who = given + " (" + who + ")"
-	}
-	return who
 }
 
 func (h *Handler) retire(w http.ResponseWriter, r *http.Request) { h.changeRetirement(w, r, true) }
@@ -184,16 +176,16 @@ func (h *Handler) changeRetirement(w http.ResponseWriter, r *http.Request, retir
 		badField(w, err)
 		return
 	}
-	by := h.operator(r, req.By)
+	op := h.as(r, req.By)
 	switch {
 	case retire && req.ScheduleOnly:
-		err = h.client.RetireSchedule(r.Context(), app, task, by)
+		err = op.RetireSchedule(r.Context(), app, task)
 	case retire:
-		err = h.client.RetireTask(r.Context(), app, task, by)
+		err = op.RetireTask(r.Context(), app, task)
 	case req.ScheduleOnly:
-		err = h.client.UnretireSchedule(r.Context(), app, task, by)
+		err = op.UnretireSchedule(r.Context(), app, task)
 	default:
-		err = h.client.UnretireTask(r.Context(), app, task, by)
+		err = op.UnretireTask(r.Context(), app, task)
 	}
 	if err != nil {
 		h.fail(w, r, err)

@@ -13,8 +13,9 @@ import (
 
 // TestRetireUnretireAndChangesOverTheAPI: retiring (token required) refuses starts and takes the
 // task out of the list but for ?status=retired; the task page shows the retired badge and the
-// changes table; every change through the API records who ("api@" and the client's address,
-// after the name the body gives); /changes pages the trail, newest first.
+// changes table; every change through the API records its principal ("token" for the single
+// API token) and, as its by, the note the body gives (else the principal); /changes pages the
+// trail, newest first.
 func TestRetireUnretireAndChangesOverTheAPI(t *testing.T) {
 	t.Parallel()
 	b := setupWith(t, taskling.TaskSettings{ConcurrencyLimit: 1}, nil)
@@ -29,7 +30,7 @@ func TestRetireUnretireAndChangesOverTheAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	var task httpapi.Task
 	require.NoError(t, json.Unmarshal([]byte(body), &task))
-	require.Equal(t, "api@127.0.0.1", task.Retired.By)
+	require.Equal(t, "token", task.Retired.By)
 	require.False(t, task.HasSchedule)
 
 	_, err := b.client.StartExecution(b.ctx, "app", "export", nil)
@@ -65,21 +66,24 @@ func TestRetireUnretireAndChangesOverTheAPI(t *testing.T) {
 	require.Equal(t, "concurrency_limit", changes.Changes[0].Field)
 	require.Equal(t, "2", *changes.Changes[0].Old)
 	require.Nil(t, changes.Changes[0].New)
-	require.Equal(t, "api@127.0.0.1", changes.Changes[0].By)
-	require.Equal(t, "bob (api@127.0.0.1)", changes.Changes[1].By)
+	require.Equal(t, "token", changes.Changes[0].By)
+	require.Equal(t, "token", *changes.Changes[0].Principal)
+	require.Equal(t, "bob", changes.Changes[1].By)
+	require.Equal(t, "token", *changes.Changes[1].Principal)
 	require.NotNil(t, changes.NextBefore)
 	b.getJSON(t, base+"/changes?before="+itoa(*changes.NextBefore), &changes)
 	require.Len(t, changes.Changes, 2)
 	require.Nil(t, changes.NextBefore)
 	require.Equal(t, "retired", changes.Changes[0].Field)
-	require.Equal(t, "alice (api@127.0.0.1)", changes.Changes[1].By)
+	require.Equal(t, "alice", changes.Changes[1].By)
 
 	status, page = b.do(t, "GET", "/tasks/app/export", "", "")
 	require.Equal(t, http.StatusOK, status)
 	require.NotContains(t, page, `id="retired-badge"`)
 	require.Contains(t, page, `<td class="field">concurrency_limit</td>`)
 	require.Contains(t, page, `<span class="old">inherited</span> → <span class="new">2</span>`)
-	require.Contains(t, page, "alice (api@127.0.0.1)")
+	require.Contains(t, page, `<td class="principal">token</td>
+  <td class="by">alice</td>`)
 
 	for _, tc := range []struct{ method, path, body, field string }{
 		{"GET", base + "/changes?limit=0", "", "limit"},

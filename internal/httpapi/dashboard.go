@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -47,11 +48,10 @@ var templateFuncs = template.FuncMap{
 		}
 		return *p
 	},
-	"deref_bool": func(p *bool) bool { return p != nil && *p },
-	"clock":      clock,
-	"join":       strings.Join,
-	"ratio":      Percent,
-	"blockSpan":  blockSpan,
+	"clock":     clock,
+	"join":      strings.Join,
+	"ratio":     Percent,
+	"blockSpan": blockSpan,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""
@@ -94,19 +94,24 @@ type page struct {
 	// dashboard works wherever the handler is mounted.
 	Base      string
 	RefreshMS int64
-	// CanWrite: the server has a token, so changes are possible; SignedIn: this browser holds a
-	// session (or the request a bearer token), so it may make them.
+	// CanWrite: the server has principals, so changes are possible; SignedIn: this browser holds
+	// a session (or the request a bearer token) of Principal; MayChange: that principal has the
+	// operate role.
 	CanWrite   bool
 	SignedIn   bool
+	Principal  principals.Principal
+	MayChange  bool
 	Data       any
 	RenderedAt time.Time
 }
 
 func (h *Handler) basePage(r *http.Request, title string) page {
 	depth := strings.Count(strings.TrimPrefix(r.URL.EscapedPath(), "/"), "/")
+	id, _ := h.identify(r)
 	return page{
 		Title: title, Base: strings.Repeat("../", depth), RefreshMS: h.opts.RefreshInterval.Milliseconds(),
-		CanWrite: h.opts.Token != "", SignedIn: h.authenticated(r), RenderedAt: time.Now(),
+		CanWrite: h.source != nil, SignedIn: id.ok, Principal: id.principal, MayChange: id.ok && id.principal.MayChange(),
+		RenderedAt: time.Now(),
 	}
 }
 
@@ -255,7 +260,7 @@ const recentOnTaskPage = 20
 // asked yet, and the browser may make changes.
 func canCancel(p page, s taskling.Submission) bool {
 	active := s.Status == taskling.SubmissionWaiting || s.Status == taskling.SubmissionInProgress
-	return p.CanWrite && p.SignedIn && active && !s.CancelRequested
+	return p.MayChange && active && !s.CancelRequested
 }
 
 func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {

@@ -13,10 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
+	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
 )
@@ -25,6 +27,8 @@ import (
 // face of this package.
 type Options struct {
 	Token           string
+	PrincipalsFile  string
+	AllowedHosts    []string
 	PublicReads     bool
 	PublicMetrics   bool
 	BasePath        string
@@ -38,13 +42,17 @@ const DefaultRequestTimeout = 10 * time.Second
 
 // Handler serves the API, the dashboard and the metrics of one taskling client.
 type Handler struct {
-	client  *taskling.Client
-	opts    Options
-	session string // the session cookie's value
-	log     *zap.Logger
-	mux     *http.ServeMux
-	metrics http.Handler
-	pages   *pages
+	client *taskling.Client
+	opts   Options
+	// source is who may sign in: the principals file's and the single token's; nil: nobody, the
+	// server is read-only.
+	source   *principals.Source
+	failures failures // refused sign-ins by address
+	hosts    map[string]bool
+	log      *zap.Logger
+	mux      *http.ServeMux
+	metrics  http.Handler
+	pages    *pages
 }
 
 // New returns the handler for client.
@@ -73,14 +81,21 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if h.opts.RequestTimeout <= 0 {
 		h.opts.RequestTimeout = DefaultRequestTimeout
 	}
-	if h.opts.Token != "" {
-		h.session = sessionValue(h.opts.Token)
+	var err error
+	if h.opts.Token != "" || h.opts.PrincipalsFile != "" {
+		src, err := principals.NewSource(h.opts.PrincipalsFile, h.opts.Token)
+		if err != nil {
+			return nil, fmt.Errorf("httpapi: Options.PrincipalsFile: %w", err)
+		}
+		h.source = src
+	}
+	if h.hosts, err = allowedHosts(h.opts.AllowedHosts); err != nil {
+		return nil, err
 	}
 	h.log = h.opts.Logger
 	if h.log == nil {
 		h.log = zap.NewNop()
 	}
-	var err error
 	if h.pages, err = newPages(); err != nil {
 		return nil, err
 	}
@@ -146,12 +161,17 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP implements http.Handler. A request's database work is bounded by
-// Options.RequestTimeout.
+// ServeHTTP implements http.Handler. A request for a host not allowed gets 421; a request's
+// database work is bounded by Options.RequestTimeout.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if !h.hostAllowed(r.Host) {
+		writeError(w, http.StatusMisdirectedRequest, "Host", "this server does not serve the host "+strconv.Quote(r.Host)+" (taskling serve --allowed-hosts)")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, whoKey{}, &who{})
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
@@ -325,7 +345,7 @@ type OverridesRequest struct {
 	KeepAliveInterval       *string `json:"keep_alive_interval"`
 	KeepAliveDeathThreshold *string `json:"keep_alive_death_threshold"`
 	OverrideThreshold       *string `json:"override_threshold"`
-	// By names who asks, recorded in the task's changes before how the request came.
+	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
 }
 
@@ -360,13 +380,13 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 		u.DeathMode = &m
 	}
 	var err error
-	if u.KeepAliveInterval, err = durationAtLeast("keep_alive_interval", o.KeepAliveInterval, taskling.MinKeepAliveInterval); err != nil {
+	if u.KeepAliveInterval, err = durationIn("keep_alive_interval", o.KeepAliveInterval, taskling.MinKeepAliveInterval, taskling.MaxKeepAliveInterval); err != nil {
 		return u, err
 	}
-	if u.KeepAliveDeathThreshold, err = durationAtLeast("keep_alive_death_threshold", o.KeepAliveDeathThreshold, taskling.MinThreshold); err != nil {
+	if u.KeepAliveDeathThreshold, err = durationIn("keep_alive_death_threshold", o.KeepAliveDeathThreshold, taskling.MinThreshold, taskling.MaxThreshold); err != nil {
 		return u, err
 	}
-	if u.OverrideThreshold, err = durationAtLeast("override_threshold", o.OverrideThreshold, taskling.MinThreshold); err != nil {
+	if u.OverrideThreshold, err = durationIn("override_threshold", o.OverrideThreshold, taskling.MinThreshold, taskling.MaxThreshold); err != nil {
 		return u, err
 	}
 	if u.KeepAliveInterval != nil && u.KeepAliveDeathThreshold != nil && *u.KeepAliveDeathThreshold < 2**u.KeepAliveInterval {
@@ -378,7 +398,7 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	return u, checkBy("by", o.By)
 }
 
-func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration, error) {
+func durationIn(field string, s *string, min, max time.Duration) (*time.Duration, error) {
 	if s == nil {
 		return nil, nil
 	}
@@ -389,7 +409,26 @@ func durationAtLeast(field string, s *string, min time.Duration) (*time.Duration
 	if d < min {
 		return nil, &FieldError{field, fmt.Sprintf("is %s; want at least %s", d, min)}
 	}
+	if d > max {
+		return nil, &FieldError{field, fmt.Sprintf("is %s; want at most %s", d, max)}
+	}
 	return &d, nil
+}
+
+// settingsField is the API's name of a setting TaskSettings names Field ("KeepAliveInterval" →
+// "keep_alive_interval").
+func settingsField(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 const maxBody = 64 << 10
@@ -454,8 +493,13 @@ func (h *Handler) setOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
 		return
 	}
-	update.By = h.operator(r, req.By)
-	if err := h.client.UpdateTaskSettings(r.Context(), app, task, update); err != nil {
+	if err := h.as(r, req.By).UpdateTaskSettings(r.Context(), app, task, update); err != nil {
+		// Overrides that the declared settings do not fit: name the field at fault.
+		var se *taskling.SettingsError
+		if errors.As(err, &se) {
+			writeError(w, http.StatusBadRequest, settingsField(se.Field), se.Error())
+			return
+		}
 		h.fail(w, r, err)
 		return
 	}
@@ -468,7 +512,7 @@ func (h *Handler) clearOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	if err := h.client.ClearOverridesBy(r.Context(), app, task, h.operator(r, "")); err != nil {
+	if err := h.as(r, "").ClearOverrides(r.Context(), app, task); err != nil {
 		h.fail(w, r, err)
 		return
 	}

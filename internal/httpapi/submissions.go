@@ -34,10 +34,11 @@ func (s SubmitRequest) Options() (*taskling.SubmitOptions, error) {
 		if err := json.Compact(&compact, h); err != nil {
 			return nil, &FieldError{"header", "is not JSON: " + err.Error()}
 		}
-		if compact.Len() > taskling.MaxHeaderLength {
-			return nil, &FieldError{"header", fmt.Sprintf("is %d bytes of JSON; at most %d allowed", compact.Len(), taskling.MaxHeaderLength)}
-		}
 		o.Header = json.RawMessage(compact.Bytes())
+		// Its length, and what jsonb cannot store (\u0000, an unpaired surrogate, 1e999999).
+		if err := taskling.ValidateHeader("header", o.Header); err != nil {
+			return nil, &FieldError{"header", strings.TrimPrefix(err.Error(), taskling.ErrInvalidArgument.Error()+": header ")}
+		}
 	}
 	if r := s.ReferenceValue; r != nil {
 		if err := checkText(*r, taskling.MaxReferenceValueLength); err != "" {
@@ -169,7 +170,7 @@ func (h *Handler) cancelSubmission(w http.ResponseWriter, r *http.Request) {
 		badField(w, err)
 		return
 	}
-	if _, err := h.client.CancelSubmissionBy(r.Context(), id, req.Reason, h.operator(r, "")); err != nil {
+	if _, err := h.as(r, "").CancelSubmission(r.Context(), id, req.Reason); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -264,6 +264,12 @@ func TestSubmissionBadInputNamesTheField(t *testing.T) {
 		{"POST", subs, `{"reference_value": "a\u0000b"}`, 400, "reference_value"},
 		{"POST", subs, `{"header": "` + strings.Repeat("h", taskling.MaxHeaderLength) + `"}`, 400, "header"},
 		{"POST", subs, `{"header": ` + strings.Repeat(" ", 200<<10) + `1}`, 413, "body"},
+		// What jsonb cannot store (issue 22: a 500).
+		{"POST", subs, `{"header": {"a": "x\u0000"}}`, 400, "header"},
+		{"POST", subs, `{"header": ["\ud800"]}`, 400, "header"},
+		{"POST", subs, `{"header": "\udc00\ud800"}`, 400, "header"},
+		{"POST", subs, `{"header": {"n": 1e999999}}`, 400, "header"},
+		{"POST", subs, `{"header": 1e-99999}`, 400, "header"},
 		{"POST", subs, `{"priorty": 1}`, 400, "priorty"},
 		{"POST", subs, `{"priority": 1} {}`, 400, "body"},
 		{"POST", subs, `[1]`, 400, "body"},

@@ -24,8 +24,15 @@ type Task struct {
 	DeclaredBy    *string `json:"declared_by"`
 	// Disagreement: within the last 10 minutes another host had declared a different limit
 	// (null if not).
-	Disagreement  *Disagreement  `json:"disagreement"`
-	Enabled       *bool          `json:"enabled_override"` // null: not overridden
+	Disagreement *Disagreement `json:"disagreement"`
+	Enabled      *bool         `json:"enabled_override"` // null: not overridden
+	// EnabledNow says whether starts are served; EnabledSource where that comes from:
+	// "override", "declared" (what its hosts last declared) or "none" (nothing yet: the default).
+	EnabledNow    bool   `json:"enabled"`
+	EnabledSource string `json:"enabled_source"`
+	// SettingsError: every start fails on the host that declared last, because the overrides
+	// over its declaration are invalid (null if they are valid).
+	SettingsError *string        `json:"settings_error"`
 	SlotsUsed     int            `json:"slots_used"`
 	SlotsTotal    int            `json:"slots_total"` // -1 unlimited
 	SlotsRetiring int            `json:"slots_retiring"`
@@ -141,14 +148,17 @@ type Execution struct {
 	Host           string          `json:"host"`
 	ReferenceValue *string         `json:"reference_value"`
 	Header         json.RawMessage `json:"header"`
-	FencingToken   *int64          `json:"fencing_token"`
-	ItemsDone      *int64          `json:"items_done"`
-	ItemsTotal     *int64          `json:"items_total"`
-	BlockedReason  *string         `json:"blocked_reason"`
-	ReclaimedAt    *time.Time      `json:"reclaimed_at"`
-	ScheduledFor   *time.Time      `json:"scheduled_for"`
-	LibraryVersion string          `json:"library_version"`
-	Events         []Event         `json:"events,omitempty"`
+	// HeaderError says why header is null although the execution has one (its stored JSON
+	// cannot be read).
+	HeaderError    *string    `json:"header_error,omitempty"`
+	FencingToken   *int64     `json:"fencing_token"`
+	ItemsDone      *int64     `json:"items_done"`
+	ItemsTotal     *int64     `json:"items_total"`
+	BlockedReason  *string    `json:"blocked_reason"`
+	ReclaimedAt    *time.Time `json:"reclaimed_at"`
+	ScheduledFor   *time.Time `json:"scheduled_for"`
+	LibraryVersion string     `json:"library_version"`
+	Events         []Event    `json:"events,omitempty"`
 }
 
 // Event is one event of an execution.
@@ -175,6 +185,7 @@ func NewTask(s taskling.TaskInfo) Task {
 		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince),
 		Disagreement: disagreementOf(s.Disagreement),
 		Retired:      retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
+		EnabledNow: s.Enabled, EnabledSource: string(s.EnabledSource),
 		Overrides: Overrides{
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,
@@ -190,6 +201,10 @@ func NewTask(s taskling.TaskInfo) Task {
 	}
 	if l := s.LastExecution; l != nil {
 		t.LastExecution = &LastExecution{ID: l.ID, Status: string(l.Status), StartedAt: l.StartedAt}
+	}
+	if err := s.SettingsError; err != nil {
+		msg := err.Error()
+		t.SettingsError = &msg
 	}
 	return t
 }
@@ -219,6 +234,7 @@ func NewExecution(x taskling.ExecutionInfo, events []taskling.ExecutionEvent) Ex
 	e := Execution{
 		ID: x.ID, Status: string(x.Status), StartedAt: x.StartedAt, CompletedAt: nonZeroTime(x.CompletedAt),
 		LastKeepAlive: x.LastHeartbeat, Host: x.Host, ReferenceValue: nonEmpty(x.ReferenceValue), Header: x.Header,
+		HeaderError:  nonEmpty(x.HeaderError),
 		FencingToken: nonZero(x.FencingToken), BlockedReason: nonEmpty(x.BlockedReason),
 		ReclaimedAt: nonZeroTime(x.ReclaimedAt), ScheduledFor: nonZeroTime(x.ScheduledFor),
 		LibraryVersion: x.LibraryVersion,

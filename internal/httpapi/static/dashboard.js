@@ -90,7 +90,7 @@
     var button = ev.target.closest ? ev.target.closest("button[data-force-api]") : null;
     if (!button) { return; }
     button.disabled = true;
-    api(button.dataset.forceApi, "POST", null) // recorded as the dashboard's, with the browser's address
+    api(button.dataset.forceApi, "POST", null) // recorded as made by the signed-in principal
       .then(function (block) {
         show("force-status", "block #" + block.id + ": " + (block.force_pending ? "forced" : "force taken (" + block.status + ")"), true);
         return refresh();

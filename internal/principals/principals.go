@@ -1,0 +1,369 @@
+// Package principals is the principals file of `taskling serve`: who may use the HTTP API and the
+// dashboard, with which role, each known by the SHA-256 of its token (the token itself is never
+// stored). A TOML file of [[principal]] tables:
+//
+//	[[principal]]
+//	name = "alice"
+//	role = "operate"          # or "read"
+//	token_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+//
+// `taskling tokens add NAME --role ROLE --file FILE` makes a token and appends its principal.
+package principals
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Role says what a principal may do.
+type Role string
+
+// The roles.
+const (
+	// RoleRead reads: the API's GET routes, the dashboard's pages, /metrics.
+	RoleRead Role = "read"
+	// RoleOperate reads and changes: overrides, retirement, submissions, cancels, forced blocks.
+	RoleOperate Role = "operate"
+)
+
+// TokenName is the principal of the single API token (TASKLING_API_TOKEN): an operator. A file
+// cannot name another principal so.
+const TokenName = "token"
+
+// MaxFileSize bounds the file: a principals file is a few lines per principal.
+const MaxFileSize = 1 << 20
+
+// ErrMalformed: the file is not a valid principals file.
+var ErrMalformed = errors.New("principals: malformed principals file")
+
+// ErrNotFound: the file has no principal of that name.
+var ErrNotFound = errors.New("principals: no such principal")
+
+// Principal is one principal of the file.
+type Principal struct {
+	Name        string `toml:"name"`
+	Role        Role   `toml:"role"`
+	TokenSHA256 string `toml:"token_sha256"` // lowercase hex of the SHA-256 of the token
+}
+
+// MayChange reports whether the principal may make changes.
+func (p Principal) MayChange() bool { return p.Role == RoleOperate }
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$`)
+
+// CheckName refuses a name that is not 1 to 64 letters, digits and ._@+- (starting with a letter
+// or digit), or that is TokenName.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) {
+		return fmt.Errorf("principal name %q: want 1 to 64 letters, digits and ._@+-, starting with a letter or digit", name)
+	}
+	if name == TokenName {
+		return fmt.Errorf("principal name %q is the single API token's (TASKLING_API_TOKEN)", name)
+	}
+	return nil
+}
+
+// CheckRole refuses a role other than read and operate.
+func CheckRole(r Role) error {
+	if r != RoleRead && r != RoleOperate {
+		return fmt.Errorf("role %q: want read or operate", r)
+	}
+	return nil
+}
+
+// Parse reads a principals file's text: every principal has a valid name, a role and a token
+// hash, and no name or hash appears twice. Unknown keys are refused.
+func Parse(text []byte) ([]Principal, error) {
+	var doc struct {
+		Principal []Principal `toml:"principal"`
+	}
+	md, err := toml.Decode(string(text), &doc)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%w: line %d: %s", ErrMalformed, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		return nil, fmt.Errorf("%w: unknown key %q; want [[principal]] tables of name, role and token_sha256", ErrMalformed, undecoded[0].String())
+	}
+	names, hashes := map[string]bool{}, map[string]bool{}
+	for i, p := range doc.Principal {
+		where := fmt.Sprintf("principal %d", i+1)
+		if err := CheckName(p.Name); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, where, err)
+		}
+		where = fmt.Sprintf("principal %q", p.Name)
+		if err := CheckRole(p.Role); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, where, err)
+		}
+		if b, err := hex.DecodeString(p.TokenSHA256); err != nil || len(b) != sha256.Size || strings.ToLower(p.TokenSHA256) != p.TokenSHA256 {
+			return nil, fmt.Errorf("%w: %s: token_sha256: want 64 lowercase hex digits (`taskling tokens add` writes it)", ErrMalformed, where)
+		}
+		if names[p.Name] {
+			return nil, fmt.Errorf("%w: %s appears twice", ErrMalformed, where)
+		}
+		if hashes[p.TokenSHA256] {
+			return nil, fmt.Errorf("%w: %s has the token of another principal", ErrMalformed, where)
+		}
+		names[p.Name], hashes[p.TokenSHA256] = true, true
+	}
+	return doc.Principal, nil
+}
+
+// ReadFile reads the file at path (following symlinks): a regular file of at most MaxFileSize
+// bytes.
+func ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("principals: %w", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("principals: %w", err)
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("principals: %s is not a regular file", path)
+	}
+	text, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("principals: %w", err)
+	}
+	if len(text) > MaxFileSize {
+		return nil, fmt.Errorf("principals: %s is larger than %d bytes", path, MaxFileSize)
+	}
+	return text, nil
+}
+
+// Load reads and parses the file at path.
+func Load(path string) ([]Principal, error) {
+	text, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return ps, nil
+}
+
+// NewToken returns a new random token: 32 bytes from crypto/rand, base64url without padding.
+func NewToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// HashToken returns the token_sha256 of token.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// Add makes a new token for a new principal, appends the principal to the file at path (created
+// if missing) and returns the token, which is printed once and stored nowhere. The file is
+// rewritten whole — its text kept, the new table after it — into a temporary file renamed over
+// it, so that a server reading it never sees half a table; it ends with mode 0600. A name the
+// file has already is refused.
+func Add(path, name string, role Role) (string, error) {
+	if err := CheckName(name); err != nil {
+		return "", fmt.Errorf("principals: %w", err)
+	}
+	if err := CheckRole(role); err != nil {
+		return "", fmt.Errorf("principals: %w", err)
+	}
+	text, err := ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		text, err = nil, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	ps, err := Parse(text)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	for _, p := range ps {
+		if p.Name == name {
+			return "", fmt.Errorf("principals: %s already has a principal %q (remove it first to give it a new token)", path, name)
+		}
+	}
+	token := NewToken()
+	var b bytes.Buffer
+	b.Write(text)
+	if len(text) > 0 && !bytes.HasSuffix(text, []byte("\n")) {
+		b.WriteByte('\n')
+	}
+	if len(text) > 0 {
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "[[principal]]\nname = %q\nrole = %q\ntoken_sha256 = %q\n", name, role, HashToken(token))
+	if _, err := Parse(b.Bytes()); err != nil {
+		return "", fmt.Errorf("principals: the file would not parse after adding %q: %w", name, err)
+	}
+	return token, replace(path, b.Bytes())
+}
+
+// Remove removes the principal named name from the file at path, keeping the rest of its text:
+// the [[principal]] table that names it, up to the next table, goes. Its token stops working at
+// once for a server that rereads the file, and its sessions end.
+func Remove(path, name string) error {
+	text, err := ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if _, err := Parse(text); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	var out []string
+	found := false
+	for _, block := range tables(string(text)) {
+		ps, err := Parse([]byte(block))
+		if err == nil && len(ps) == 1 && ps[0].Name == name {
+			found = true
+			continue
+		}
+		out = append(out, block)
+	}
+	if !found {
+		return fmt.Errorf("%w: %s has no principal %q", ErrNotFound, path, name)
+	}
+	return replace(path, []byte(strings.Join(out, "")))
+}
+
+// tables splits a file's text before each line that opens a [[principal]] table.
+func tables(text string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(text); {
+		end := strings.IndexByte(text[i:], '\n')
+		if end < 0 {
+			end = len(text) - i - 1
+		}
+		if strings.TrimSpace(text[i:i+end+1]) == "[[principal]]" && i > start {
+			out = append(out, text[start:i])
+			start = i
+		}
+		i += end + 1
+	}
+	return append(out, text[start:])
+}
+
+// replace writes text to a temporary file beside path (mode 0600) and renames it over path.
+func replace(path string, text []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("principals: %w", err)
+	}
+	defer os.Remove(f.Name()) // after a successful rename there is nothing left to remove
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("principals: %w", err)
+	}
+	if _, err := f.Write(text); err != nil {
+		f.Close()
+		return fmt.Errorf("principals: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("principals: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("principals: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("principals: %w", err)
+	}
+	return nil
+}
+
+// Set is a set of principals that authenticates tokens.
+type Set struct {
+	list []entry
+}
+
+type entry struct {
+	p    Principal
+	hash [sha256.Size]byte
+}
+
+// NewSet returns the set of ps (valid, as Parse returns them) and, when token is not empty, the
+// principal TokenName, an operator, whose token it is.
+func NewSet(ps []Principal, token string) *Set {
+	s := &Set{}
+	if token != "" {
+		ps = append([]Principal{{Name: TokenName, Role: RoleOperate, TokenSHA256: HashToken(token)}}, ps...)
+	}
+	for _, p := range ps {
+		e := entry{p: p}
+		if _, err := hex.Decode(e.hash[:], []byte(p.TokenSHA256)); err != nil {
+			continue
+		}
+		s.list = append(s.list, e)
+	}
+	return s
+}
+
+// Authenticate returns the principal whose token is token. It compares the token's hash with
+// every principal's, in constant time, whichever matches.
+func (s *Set) Authenticate(token string) (Principal, bool) {
+	sum := sha256.Sum256([]byte(token))
+	var found Principal
+	ok := 0
+	for _, e := range s.list {
+		m := subtle.ConstantTimeCompare(sum[:], e.hash[:])
+		if m == 1 {
+			found = e.p
+		}
+		ok |= m
+	}
+	return found, ok == 1
+}
+
+// Lookup returns the principal named name.
+func (s *Set) Lookup(name string) (Principal, bool) {
+	for _, e := range s.list {
+		if e.p.Name == name {
+			return e.p, true
+		}
+	}
+	return Principal{}, false
+}
+
+// Len is the number of principals.
+func (s *Set) Len() int { return len(s.list) }
+
+// Principals returns the principals, TokenName first when there is one.
+func (s *Set) Principals() []Principal {
+	out := make([]Principal, len(s.list))
+	for i, e := range s.list {
+		out[i] = e.p
+	}
+	return out
+}
+
+// Gone returns the names of the principals of s that next does not have with the same token:
+// removed, or given another one. Their sessions must end.
+func (s *Set) Gone(next *Set) []string {
+	var out []string
+	for _, e := range s.list {
+		if p, ok := next.Lookup(e.p.Name); !ok || p.TokenSHA256 != e.p.TokenSHA256 {
+			out = append(out, e.p.Name)
+		}
+	}
+	return out
+}
