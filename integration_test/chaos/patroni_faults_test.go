@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -152,10 +153,13 @@ func (r *patroniRun) etcdDown(ctx context.Context, f *patroniFault) {
 	if n := r.watch.writableNode(); n != "" {
 		r.t.Errorf("etcd down: %s still writable after %s", n, pgcluster.PatroniTTL)
 	} else {
-		// The error names each server and why it refused: read-only, or down.
-		f.startErr = r.startWhileNoLeader(ctx)
-		if !strings.Contains(f.startErr, "failed to connect") || !strings.Contains(f.startErr, "read only") {
-			r.t.Errorf("etcd down: a start while no node led failed with an unclear error: %s", f.startErr)
+		// The error says the database is read-only, and names each server and why it refused.
+		err := r.startWhileNoLeader(ctx)
+		if err != nil {
+			f.startErr = err.Error()
+		}
+		if !errors.Is(err, taskling.ErrDatabaseReadOnly) || !strings.Contains(f.startErr, "read only connection") {
+			r.t.Errorf("etcd down: a start while no node led failed with an unclear error: %v", err)
 		}
 	}
 	time.Sleep(time.Until(f.injected.Add(pgcluster.PatroniTTL + 2*time.Second)))
@@ -164,8 +168,8 @@ func (r *patroniRun) etcdDown(ctx context.Context, f *patroniFault) {
 }
 
 // startWhileNoLeader tries starts for 2 s while no node accepts writes, and returns the error
-// of the last (the first ones may meet connections the demotion closes).
-func (r *patroniRun) startWhileNoLeader(ctx context.Context) string {
+// of the last (the first ones may meet connections the demotion closes); nil if one succeeded.
+func (r *patroniRun) startWhileNoLeader(ctx context.Context) error {
 	var last error
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -174,11 +178,11 @@ func (r *patroniRun) startWhileNoLeader(ctx context.Context) string {
 		if err == nil {
 			r.t.Errorf("etcd down: a start succeeded while no node was writable (exec %d)", e.ID())
 			_ = e.Complete(ctx)
-			return ""
+			return nil
 		}
 		last = err
 	}
-	return last.Error()
+	return last
 }
 
 // settle waits for a healthy cluster; a node left out (a rewind that failed) is reinitialized.
