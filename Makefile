@@ -43,11 +43,15 @@ bench:
 scale:
 	$(WITH_DB) $(GO) run ./internal/devtools/cmd/scale $(ARGS)
 
-## chaos: the long multi-process chaos tests: faults of the workers and the server, and primary
-## failovers (a streaming standby, synchronous and asynchronous, promoted after a SIGKILL).
+## chaos: the long multi-process chaos tests: faults of the workers and the server, primary
+## failovers (a streaming standby, synchronous and asynchronous, promoted after a SIGKILL), and
+## Patroni over etcd (switchovers and failovers, strict synchronous and asynchronous; these run
+## servers of their own, no shared cluster).
 chaos:
 	TASKLING_CHAOS=long $(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 40m -v ./taskling/
-	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -timeout 30m -v ./...
+	cd integration_test && TASKLING_CHAOS=long ../$(WITH_DB) $(GO) test -count=1 -run Chaos -skip ChaosPatroni -timeout 30m -v ./...
+	TASKLING_CHAOS=long $(GO) test -count=1 -run TestPatroniHarness -timeout 10m -v ./internal/devtools/pgcluster/
+	cd integration_test && TASKLING_CHAOS=long $(GO) test -count=1 -run ChaosPatroni -timeout 40m -v ./chaos/
 
 ## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL).
 pg-start:

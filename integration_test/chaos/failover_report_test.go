@@ -189,7 +189,7 @@ func (r *failoverRun) printFailover(h checker.History, rep checker.Report, renam
 	fmt.Fprintf(&b, "  %-44s %d\n", "grants lost that no holder saw", sum(rep.LostUnseen))
 	lostEnds := 0
 	for _, g := range h.Grants {
-		if !g.LostCompletion.IsZero() {
+		if !g.LostCompletion.IsZero() && !g.Lost {
 			lostEnds++
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -134,14 +133,7 @@ type roundNote struct {
 
 func newFailoverRun(t *testing.T, ctx context.Context, mode pgcluster.ReplicationMode) *failoverRun {
 	fprof := chosenFailoverProfile(mode)
-	dir, err := os.MkdirTemp("", "taskling-failover-")
-	require.NoError(t, err)
-	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres OS user must reach the nodes
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	ledgers := filepath.Join(dir, "ledgers")
-	require.NoError(t, os.Mkdir(ledgers, 0o755))
-	bin := buildWorker(t, dir)
-
+	dir, ledgers, bin := newRunDir(t, "taskling-failover-")
 	pair, err := pgcluster.NewPair(ctx, &pgcluster.PairOptions{Dir: filepath.Join(dir, "pg"), Mode: mode})
 	if errors.Is(err, pgcluster.ErrNoBinaries) || errors.Is(err, pgcluster.ErrNoBasebackup) {
 		if os.Getenv("CI") != "" {
@@ -152,32 +144,47 @@ func newFailoverRun(t *testing.T, ctx context.Context, mode pgcluster.Replicatio
 	require.NoError(t, err)
 	t.Cleanup(func() { keepServerLogs(t, dir); closePair(t, pair) })
 	const db = "failover"
-	admin, err := pgx.Connect(ctx, pair.URL("postgres"))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+db)
-	require.NoError(t, err)
-	require.NoError(t, admin.Close(ctx))
-	dbURL := pair.URL(db)
-	pool, err := pgxpool.New(ctx, dbURL+"&application_name=chaos-nemesis")
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	require.NoError(t, migrations.Up(ctx, pool))
-	require.NoError(t, pair.WaitCaughtUp(ctx))
-	nem, err := ledger.Create(filepath.Join(ledgers, "nemesis.jsonl"))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = nem.Close() })
-
-	spec := workerSpec{bin: bin, dbURL: dbURL, dir: ledgers, tasks: failoverTaskSpec, g: fprof.g, interval: fprof.interval,
+	spec := workerSpec{bin: bin, dbURL: pair.URL(db), dir: ledgers, tasks: failoverTaskSpec, g: fprof.g, interval: fprof.interval,
 		threshold: fprof.threshold, sameClock: true,
 		extra: []string{"-min-hold", fprof.minHold.String(), "-hold", fprof.maxHold.String()}}
 	r := &failoverRun{fprof: fprof, mode: mode, pair: pair, db: db,
-		run: &run{t: t, prof: profile{name: fprof.name, procs: fprof.procs, g: fprof.g, interval: fprof.interval, threshold: fprof.threshold},
-			spec: spec, pool: pool, nem: nem, counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{},
-			isolated: map[string]bool{}}}
+		run: openRun(t, ctx, pair.URL("postgres"), db, spec, profile{name: fprof.name, procs: fprof.procs, g: fprof.g, interval: fprof.interval, threshold: fprof.threshold})}
+	require.NoError(t, pair.WaitCaughtUp(ctx))
 	for slot := range fprof.procs {
 		r.procs = append(r.procs, startProc(t, spec, slot, 0, nil))
 	}
 	return r
+}
+
+// newRunDir makes the directory of a run against servers of its own, which the postgres OS
+// user reaches, with its ledgers/ and the worker binary; it is removed at the end.
+func newRunDir(t *testing.T, prefix string) (dir, ledgers, bin string) {
+	dir, err := os.MkdirTemp("", prefix)
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755)) // the postgres OS user must reach the nodes
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ledgers = filepath.Join(dir, "ledgers")
+	require.NoError(t, os.Mkdir(ledgers, 0o755))
+	return dir, ledgers, buildWorker(t, dir)
+}
+
+// openRun creates database db on the primary adminURL reaches, migrates it through spec's URL,
+// and returns the run's bookkeeping with the nemesis's pool and ledger (no worker started).
+func openRun(t *testing.T, ctx context.Context, adminURL, db string, spec workerSpec, prof profile) *run {
+	admin, err := pgx.Connect(ctx, adminURL)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+db)
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+	pool, err := pgxpool.New(ctx, spec.dbURL+"&application_name=chaos-nemesis")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	require.NoError(t, migrations.Up(ctx, pool))
+	nem, err := ledger.Create(filepath.Join(spec.dir, "nemesis.jsonl"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = nem.Close() })
+	return &run{t: t, prof: prof, spec: spec, pool: pool, nem: nem, counts: map[string]int{}, kills: map[string]time.Time{},
+		killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
 }
 
 func closePair(t *testing.T, p *pgcluster.Pair) {
@@ -263,7 +270,7 @@ func (r *failoverRun) loseAGrant(ctx context.Context) *ledger.Event {
 
 // waitGrant waits up to timeout for a grant made after since and seen by its holder (its ledger
 // event, written before any work), and returns its event (nil if none came).
-func (r *failoverRun) waitGrant(since time.Time, timeout time.Duration) *ledger.Event {
+func (r *run) waitGrant(since time.Time, timeout time.Duration) *ledger.Event {
 	tail := newLedgerTail(r.spec.dir)
 	tail.skip() // what was written before
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
@@ -312,10 +319,7 @@ func (l *ledgerTail) next() []ledger.Event {
 
 // dbURLOn is the URL of the run's database on one node (a killed primary started alone).
 func (r *failoverRun) dbURLOn(c *pgcluster.Cluster) string {
-	u, err := url.Parse(c.URL())
-	require.NoError(r.t, err)
-	u.Path = "/" + r.db
-	return u.String()
+	return dbURLOf(r.t, c.URL(), r.db)
 }
 
 func parseEvent(line []byte) (ledger.Event, bool) {

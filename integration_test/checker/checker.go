@@ -41,7 +41,9 @@
 //	    a holder that stopped before the new primary granted its task again, and that grant came
 //	    only once the lost holder was dead by the database's rule; see checkFailover. Lost grants
 //	    count in (a) and, when a holder saw them, in (b): a fence seen before a switch is never
-//	    handed out again after it.
+//	    handed out again after it. On a switch whose new timeline is known, the epoch rule: no
+//	    grant for one threshold after the new primary became writable, fences above the
+//	    timeline's base. Under synchronous replication (NoLoss) nothing a holder saw is lost.
 //
 // # The limit in force
 //
@@ -91,7 +93,8 @@ type Grant struct {
 	// LostCompletion is when a primary that died recorded the grant's completion, which the
 	// primary that took over never had (zero: none). The holder's Complete succeeded then; the
 	// new primary still counted the slot as held, until it reclaimed it (a slot kept too long,
-	// never one handed out twice).
+	// never one handed out twice). A Lost grant may have one too: its holder completed it on the
+	// old primary before that primary stopped.
 	LostCompletion time.Time
 }
 
@@ -177,6 +180,10 @@ type History struct {
 	// Switches are the run's database failovers, in order (check h). With any, the task rows'
 	// fences need not count the grants: they may jump at a switch.
 	Switches []Switch
+	// NoLoss: the replication was synchronous (strict), so no failover may lose a grant or a
+	// completion that its holder saw (check h). A grant committed on the old primary whose
+	// holder never saw it (its commit waited for a standby that left) may be lost.
+	NoLoss bool
 }
 
 // Violation is one broken promise.
@@ -219,6 +226,9 @@ type Report struct {
 	// Lost counts, per task, the grants lost in a failover that a holder saw; LostUnseen those
 	// no holder saw (the commit's reply never reached its caller).
 	Lost, LostUnseen map[string]int
+	// SubmissionAttemptsLost counts the submission attempts whose grant a failover lost, and
+	// SubmissionCompletionsLost the successful completions of attempts it lost (check s).
+	SubmissionAttemptsLost, SubmissionCompletionsLost int
 }
 
 func (r *Report) add(check, task string, exec int64, format string, args ...any) {

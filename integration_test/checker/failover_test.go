@@ -91,6 +91,10 @@ func TestCheckerCatchesFailoverHazards(t *testing.T) {
 		{"Complete of a lost grant succeeded", "c", "no completion", func(h *History) {
 			h.Holds[1].Result = ledger.ResultOK
 		}},
+		{"Complete of a lost grant succeeded on no primary", "c", "no completion", func(h *History) {
+			h.Holds[1].Result = ledger.ResultOK
+			h.Grants[1].LostCompletion = time.Time{}
+		}},
 		{"a lost grant after the last switch", "h", "after the last failover", func(h *History) {
 			h.Switches[0].Killed = at(150)
 		}},
@@ -155,7 +159,7 @@ func TestMergeTimelines(t *testing.T) {
 			lost[m.Exec] = m
 		}
 	}
-	if len(lost) != 2 || !lost[3].CompletedAt.IsZero() || lost[-5].Host != "w2" {
+	if len(lost) != 2 || !lost[3].CompletedAt.IsZero() || !lost[3].LostCompletion.Equal(at(250)) || lost[-5].Host != "w2" {
 		t.Fatalf("lost grants %+v", lost)
 	}
 	if !merged[3].LostCompletion.Equal(at(450)) || !merged[0].LostCompletion.IsZero() || !merged[1].LostCompletion.IsZero() {
@@ -177,4 +181,81 @@ func TestMergeTimelines(t *testing.T) {
 			t.Fatalf("event %d renamed to exec %d, want %d", i, evs[i].Exec, want)
 		}
 	}
+}
+
+// epochHistory is failoverHistory with the new timeline known (1, whose fences start above
+// 1 << 40) and the new primary's first grant one threshold after it became writable.
+func epochHistory() History {
+	h := failoverHistory()
+	h.Switches[0].Timeline = 1
+	h.Grants[2].GrantedAt, h.Grants[2].CompletedAt, h.Grants[2].LastKeepAlive = at(2700), at(2800), at(2750)
+	h.Holds[2].GrantedAt, h.Holds[2].ReturnedAt, h.Holds[2].StopAt = at(2700), at(2702), at(2790)
+	return h
+}
+
+// TestEpochRule: on a new timeline each task's first grant waits one threshold after the new
+// primary became writable, and takes a fence above the timeline's base.
+func TestEpochRule(t *testing.T) {
+	if r := Check(epochHistory()); len(r.Violations) > 0 {
+		t.Fatalf("violations on a clean history: %v", r.Violations)
+	}
+	h := epochHistory()
+	h.Grants[2].GrantedAt, h.Holds[2].GrantedAt = at(2500), at(2500) // after the lost holder died, inside the hold
+	requireViolation(t, Check(h), "h", "within the epoch's hold")
+	h = epochHistory()
+	h.Switches[0].Timeline = 2 // fences at 1 << 40 are below timeline 2's base
+	requireViolation(t, Check(h), "h", "not above the epoch's base")
+}
+
+// TestNoLoss: under synchronous replication a lost grant its holder saw, or a lost completion
+// its holder saw succeed, is a violation; a lost grant nobody saw is not.
+func TestNoLoss(t *testing.T) {
+	h := failoverHistory()
+	h.NoLoss = true
+	requireViolation(t, Check(h), "h", "lost in a failover under synchronous replication")
+
+	h = failoverHistory()
+	h.NoLoss = true
+	h.Holds = append(h.Holds[:1], h.Holds[2:]...)
+	h.Grants[2].GrantedAt = at(700)
+	h.Grants[2].Fence, h.Holds[1].Fence = 2, 2
+	if r := Check(h); len(r.Violations) > 0 {
+		t.Fatalf("a lost grant nobody saw: %v", r.Violations)
+	}
+
+	h = failoverHistory()
+	h.Holds = append(h.Holds[:1], h.Holds[2:]...) // no lost grant seen
+	h.Grants[2].GrantedAt = at(700)
+	h.Grants[2].Fence, h.Holds[1].Fence = 2, 2
+	h.Grants[0].CompletedAt, h.Grants[0].ReclaimedAt, h.Grants[0].LostCompletion = time.Time{}, at(2300), at(100)
+	if r := Check(h); len(r.Violations) > 0 {
+		t.Fatalf("a lost completion without NoLoss: %v", r.Violations)
+	}
+	h.NoLoss = true
+	requireViolation(t, Check(h), "h", "saw succeed, was lost")
+}
+
+// TestSubmissionRunAgainAfterALostCompletion: a submission whose first completion a failover
+// lost runs again; the second success is no violation of (s), unless the first was not lost.
+func TestSubmissionRunAgainAfterALostCompletion(t *testing.T) {
+	h := History{
+		InitialLimit: map[string]int{"t": 1},
+		Grants: []Grant{
+			{Exec: 1, Task: "t", Host: "w1", Fence: 1, GrantedAt: at(0), ReclaimedAt: at(2300), LostCompletion: at(100), LastKeepAlive: at(50), Threshold: threshold},
+			{Exec: 2, Task: "t", Host: "w2", Fence: 2, GrantedAt: at(2400), CompletedAt: at(2500), LastKeepAlive: at(2450), Threshold: threshold},
+		},
+		Holds: []Hold{
+			{Exec: 1, Task: "t", Host: "w1", Fence: 1, GrantedAt: at(0), ReturnedAt: at(2), StopAt: at(90), Reason: ledger.ReasonCompleted, Result: ledger.ResultOK, Submission: 7, Attempt: 1},
+			{Exec: 2, Task: "t", Host: "w2", Fence: 2, GrantedAt: at(2400), ReturnedAt: at(2402), StopAt: at(2490), Reason: ledger.ReasonCompleted, Result: ledger.ResultOK, Submission: 7, Attempt: 2},
+		},
+		Submissions: []SubmissionState{{ID: 7, Task: "t", Status: "completed", Attempts: 2, MaxAttempts: 5, ExecutionID: 2,
+			Runs: []AttemptRun{{Attempt: 1, Exec: 1}, {Attempt: 2, Exec: 2}}}},
+		Switches: []Switch{{Killed: at(300), Writable: at(600)}},
+	}
+	r := Check(h)
+	if len(r.Violations) > 0 || r.SubmissionCompletionsLost != 1 {
+		t.Fatalf("violations %v, completions lost %d", r.Violations, r.SubmissionCompletionsLost)
+	}
+	h.Grants[0].LostCompletion = time.Time{}
+	requireViolation(t, Check(h), "s", "2 successful completions")
 }

@@ -24,6 +24,11 @@ import (
 //	(s6) no two holders of one submission held at once: the intervals [grant, stop] of its
 //	     attempts (a killed holder's ends at its kill, a holder that lost its lease at its last
 //	     unit of work) do not overlap.
+//
+// A failover may lose what an attempt wrote (check h): an attempt whose grant was lost is left
+// out (the new primary never ran it; check h holds that its holder stopped before the task was
+// granted again), and a completion that was lost does not count in (s5): the submission ran
+// again, at least once as the README promises for that case.
 
 // SubmissionState is a submission as the database holds it at the end of the run.
 type SubmissionState struct {
@@ -65,6 +70,10 @@ func (c *checkRun) checkSubmissions() {
 	for i := range c.h.Holds {
 		hd := &c.h.Holds[i]
 		if hd.Submission == 0 {
+			continue
+		}
+		if g, ok := c.grants[hd.Exec]; ok && g.Lost {
+			r.SubmissionAttemptsLost++
 			continue
 		}
 		k, ok := attemptOf[hd.Exec]
@@ -143,6 +152,10 @@ func (c *checkRun) checkSubmission(s SubmissionState, holds []*Hold) {
 	oks := 0
 	for _, hd := range holds {
 		if hd.Result != ledger.ResultOK {
+			continue
+		}
+		if g, ok := c.grants[hd.Exec]; ok && !g.LostCompletion.IsZero() {
+			r.SubmissionCompletionsLost++
 			continue
 		}
 		oks++

@@ -31,6 +31,22 @@ func (p *Pair) KillPrimary(ctx context.Context) (time.Time, error) {
 	if !ok {
 		return time.Time{}, fmt.Errorf("pgcluster: the primary on port %d is not running", c.Port())
 	}
+	pids := freezeAndKill(pid)
+	at := time.Now()
+	p.mu.Lock()
+	p.primary = nil
+	p.killed = append(p.killed, c)
+	if containsInt(pids, p.paused) {
+		p.paused = 0
+	}
+	p.mu.Unlock()
+	return at, waitGone(ctx, pids)
+}
+
+// freezeAndKill kills a postmaster and its children with SIGKILL, as if its machine died: they
+// are first stopped (SIGSTOP, so that none forks or sends another byte), then killed. It returns
+// the pids signalled.
+func freezeAndKill(pid int) []int {
 	pids := []int{pid}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	// Twice: a child forked while the postmaster was being stopped is found the second time.
@@ -45,23 +61,19 @@ func (p *Pair) KillPrimary(ctx context.Context) (time.Time, error) {
 	for _, q := range pids {
 		_ = syscall.Kill(q, syscall.SIGKILL)
 	}
-	at := time.Now()
-	p.mu.Lock()
-	p.primary = nil
-	p.killed = append(p.killed, c)
-	if containsInt(pids, p.paused) {
-		p.paused = 0
-	}
-	p.mu.Unlock()
-	err := poll(ctx, 30*time.Second, func() (bool, error) {
+	return pids
+}
+
+// waitGone waits until none of pids is alive.
+func waitGone(ctx context.Context, pids []int) error {
+	return poll(ctx, 30*time.Second, func() (bool, error) {
 		for _, q := range pids {
 			if processLive(q) {
 				return false, fmt.Errorf("pid %d still alive", q)
 			}
 		}
 		return true, nil
-	}, "the killed primary's processes to exit")
-	return at, err
+	}, "the killed server's processes to exit")
 }
 
 // childrenOf lists the processes whose parent is pid (from /proc).
@@ -284,31 +296,35 @@ func (p *Pair) Inspect(ctx context.Context, c *Cluster) (*Cluster, error) {
 	if !known {
 		return nil, errors.New("pgcluster: Inspect takes a primary KillPrimary killed")
 	}
-	for attempt := 0; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		if port == p.ports[0] || port == p.ports[1] {
-			continue
-		}
-		// Start reads the port from state.json: write the new one there first.
-		c.setPort(port)
-		if err := c.updateState(func(*state) {}); err != nil {
-			return nil, err
-		}
-		err = c.Start(ctx)
-		if err == nil {
-			break
-		}
-		if attempt == 2 {
-			return nil, err
-		}
+	if err := startOnFreePort(ctx, c, p.ports[:]...); err != nil {
+		return nil, err
 	}
 	p.mu.Lock()
 	p.started = append(p.started, c)
 	p.mu.Unlock()
 	return c, nil
+}
+
+// startOnFreePort starts c on a new free port other than avoid, trying three ports.
+func startOnFreePort(ctx context.Context, c *Cluster, avoid ...int) error {
+	for attempt := 0; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		if containsInt(avoid, port) {
+			continue
+		}
+		// Start reads the port from state.json: write the new one there first.
+		c.setPort(port)
+		if err := c.updateState(func(*state) {}); err != nil {
+			return err
+		}
+		err = c.Start(ctx)
+		if err == nil || attempt == 2 {
+			return err
+		}
+	}
 }
 
 func containsCluster(s []*Cluster, c *Cluster) bool {
