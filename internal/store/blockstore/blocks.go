@@ -292,73 +292,125 @@ SET items_done = coalesce(items_done, 0) + $2, items_total = coalesce(items_tota
 
 // TakeBlocks serves req in one READ COMMITTED transaction and returns the blocks taken, in the
 // order forced, dead (never started, then started), failed, new (oldest first within each), and
-// adds them to the execution's progress.
+// adds them to the execution's progress. A serialization failure or deadlock is retried.
 func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockRow, error) {
-	var out []BlockRow
-	err := s.blockTx(ctx, func(tx pgx.Tx) error {
-		out = out[:0]
-		room := func() int {
-			if req.Max <= 0 {
-				return math.MaxInt32
-			}
-			return req.Max - len(out)
+	for attempt := 0; ; attempt++ {
+		var out []BlockRow
+		err := s.proto.PipelineTx(ctx, func(ctx context.Context, p *execution.Pipeline) error {
+			out = out[:0]
+			return s.takeBlocks(ctx, p, req, &out)
+		})
+		if err == nil {
+			return out, nil
 		}
-		claim := func(sql string, forced bool, args ...any) error {
-			if room() <= 0 {
-				return nil
-			}
-			var rows []BlockRow
-			all := append([]any{req.TaskID, req.Kind, room(), req.ExecutionID, forced, req.retryLimit()}, args...)
-			if err := pgxscan.Select(ctx, tx, &rows, sql, all...); err != nil {
+		if !execution.IsRetryable(err) || attempt >= 5 {
+			return nil, fmt.Errorf("take blocks of task %d: %w", req.TaskID, err)
+		}
+	}
+}
+
+// takeBlocks is TakeBlocks' transaction, in as few round trips as the request allows: with no
+// dead or failed blocks to take, BEGIN, the forced blocks' claim and (for blocks that continue
+// from the last one) the task's block lock and the read of its last block go in the first, and
+// the new blocks' insert with COMMIT in the second, so that the lock is held for one round trip.
+// The blocks taken join *out as their statements are sent (the last ones with COMMIT).
+func (s *Store) takeBlocks(ctx context.Context, p *execution.Pipeline, req TakeBlocksRequest, out *[]BlockRow) error {
+	room := func() int {
+		if req.Max <= 0 {
+			return math.MaxInt32
+		}
+		return req.Max - len(*out)
+	}
+	// claim queues a claim of up to room() blocks; its rows join out when the round trip is sent.
+	claim := func(sql string, forced bool, args ...any) {
+		if room() <= 0 {
+			return
+		}
+		all := append([]any{req.TaskID, req.Kind, room(), req.ExecutionID, forced, req.retryLimit()}, args...)
+		p.Queue(sql, all...).Query(func(rows pgx.Rows) error {
+			var claimed []BlockRow
+			if err := pgxscan.ScanAll(&claimed, rows); err != nil {
 				return err
 			}
-			out = append(out, rows...)
+			*out = append(*out, claimed...)
 			return nil
-		}
-		if req.Reference != nil {
-			if err := claim(claimRefSQL, false, *req.Reference, req.ReferenceAll); err != nil {
-				return err
-			}
-			return addProgress(ctx, tx, req.ExecutionID, out)
-		}
-		if err := claim(claimForcedSQL, true); err != nil {
+		})
+	}
+	if req.Reference != nil {
+		claim(claimRefSQL, false, *req.Reference, req.ReferenceAll)
+		if err := p.Send(ctx); err != nil {
 			return err
 		}
-		if r := req.Dead; r != nil {
-			// A run that dies on one block (a panic every time) leaves dead the blocks it had
-			// taken but not reached yet: they come first, so that the poison one cannot hold
-			// them back until their retries are spent.
-			for _, status := range []int16{codes.BlockNotStarted, codes.BlockStarted} {
-				if err := claim(claimDeadSQL, false, r.Limit, r.Within, status); err != nil {
-					return err
-				}
-			}
-		}
-		if r := req.Failed; r != nil {
-			if err := claim(claimFailedSQL, false, r.Limit, r.Within); err != nil {
-				return err
-			}
-		}
-		if req.New != nil && (room() > 0 || req.Uncapped) {
-			r := room()
-			if req.Uncapped {
-				r = math.MaxInt32
-			}
-			created, counted, err := s.createBlocks(ctx, tx, req, r, out)
-			if err != nil {
-				return err
-			}
-			out = append(out, created...)
-			if counted {
-				return nil
-			}
-		}
-		return addProgress(ctx, tx, req.ExecutionID, out)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("take blocks of task %d: %w", req.TaskID, err)
+		queueProgress(p, req.ExecutionID, *out)
+		return nil
 	}
-	return out, nil
+	claim(claimForcedSQL, true)
+	retakes := req.Dead != nil || req.Failed != nil
+	var last lastBlock
+	continues := req.New != nil && req.Continue && (req.Kind == codes.BlockNumeric || req.Kind == codes.BlockDate)
+	if continues && !retakes {
+		last.queue(p, req)
+	}
+	if err := p.Send(ctx); err != nil {
+		return err
+	}
+	if r := req.Dead; r != nil {
+		// A run that dies on one block (a panic every time) leaves dead the blocks it had
+		// taken but not reached yet: they come first, so that the poison one cannot hold
+		// them back until their retries are spent.
+		for _, status := range []int16{codes.BlockNotStarted, codes.BlockStarted} {
+			claim(claimDeadSQL, false, r.Limit, r.Within, status)
+			if err := p.Send(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if r := req.Failed; r != nil {
+		claim(claimFailedSQL, false, r.Limit, r.Within)
+		if err := p.Send(ctx); err != nil {
+			return err
+		}
+	}
+	if req.New != nil && (room() > 0 || req.Uncapped) {
+		if continues && retakes {
+			last.queue(p, req)
+			if err := p.Send(ctx); err != nil {
+				return err
+			}
+		}
+		r := room()
+		if req.Uncapped {
+			r = math.MaxInt32
+		}
+		counted, err := s.createBlocks(ctx, p, req, last.end(), r, out)
+		if err != nil || counted {
+			return err
+		}
+	}
+	queueProgress(p, req.ExecutionID, *out)
+	return nil
+}
+
+// lastBlock is where the task's last block of a kind ends, read under the task's block lock, so
+// that two executions that continue from it at once never create overlapping ranges.
+type lastBlock struct {
+	number *int64
+	date   *time.Time
+}
+
+func (l *lastBlock) queue(p *execution.Pipeline, req TakeBlocksRequest) {
+	p.Queue(`SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID))
+	p.Queue(lastBlockEndSQL, req.TaskID, req.Kind).QueryRow(func(row pgx.Row) error { return row.Scan(&l.number, &l.date) })
+}
+
+func (l *lastBlock) end() *BlockEnd {
+	switch {
+	case l.number != nil:
+		return &BlockEnd{Number: *l.number}
+	case l.date != nil:
+		return &BlockEnd{Date: *l.date}
+	}
+	return nil
 }
 
 // progressOf is what blocks taken add to their execution's progress.
@@ -372,48 +424,29 @@ func progressOf(blocks []BlockRow) (done, total int64) {
 	return done, total
 }
 
-func addProgress(ctx context.Context, tx pgx.Tx, exec int64, blocks []BlockRow) error {
-	done, total := progressOf(blocks)
-	if total == 0 {
-		return nil
+// queueProgress queues the addition of blocks taken to their execution's progress.
+func queueProgress(p *execution.Pipeline, exec int64, blocks []BlockRow) {
+	if done, total := progressOf(blocks); total != 0 {
+		p.Queue(addProgressSQL, exec, done, total)
 	}
-	_, err := tx.Exec(ctx, addProgressSQL, exec, done, total)
-	return err
 }
 
-// createBlocks creates req's new blocks and adds them and the blocks claimed before them to the
-// execution's progress (counted; not when there was nothing to create). Ranges that continue
-// from the last block are created under the task's block lock, so that two executions that
-// continue at once never create overlapping ranges; the lock and the read of the last block go in
-// one round trip (each statement of a READ COMMITTED batch reads after the one before it).
-func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksRequest, room int, claimed []BlockRow) (_ []BlockRow, counted bool, _ error) {
-	var last *BlockEnd
-	if req.Continue && (req.Kind == codes.BlockNumeric || req.Kind == codes.BlockDate) {
-		var n *int64
-		var d *time.Time
-		b := &pgx.Batch{}
-		b.Queue(`SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID))
-		b.Queue(lastBlockEndSQL, req.TaskID, req.Kind).QueryRow(func(row pgx.Row) error { return row.Scan(&n, &d) })
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, false, err
-		}
-		switch {
-		case n != nil:
-			last = &BlockEnd{Number: *n}
-		case d != nil:
-			last = &BlockEnd{Date: *d}
-		}
-	}
+// createBlocks queues the creation of req's new blocks after last (the end of the task's last
+// block, read under its block lock, when they continue from it) with the addition of them and of
+// the blocks claimed before them to the execution's progress (counted; not when there was nothing
+// to create). The created blocks join *out when the statement is sent; list blocks' items are
+// copied after it.
+func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req TakeBlocksRequest, last *BlockEnd, room int, out *[]BlockRow) (counted bool, _ error) {
 	if room == math.MaxInt32 {
 		room = -1
 	}
 	nb, err := req.New(last, room)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	n := nb.count()
 	if n == 0 {
-		return nil, false, nil
+		return false, nil
 	}
 	fn, tn := make([]*int64, n), make([]*int64, n)
 	fd, td := make([]*time.Time, n), make([]*time.Time, n)
@@ -439,22 +472,29 @@ func (s *Store) createBlocks(ctx context.Context, tx pgx.Tx, req TakeBlocksReque
 			counts[i] = &c
 		}
 	}
-	done, total := progressOf(claimed)
-	var rows []BlockRow
-	if err := pgxscan.Select(ctx, tx, &rows, insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts,
-		req.retryLimit(), total, done); err != nil {
-		return nil, false, err
-	}
+	done, total := progressOf(*out)
+	var created []BlockRow
+	p.Queue(insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts,
+		req.retryLimit(), total, done).Query(func(rows pgx.Rows) error {
+		if err := pgxscan.ScanAll(&created, rows); err != nil {
+			return err
+		}
+		*out = append(*out, created...)
+		return nil
+	})
 	if req.Kind == codes.BlockList {
-		if err := insertItems(ctx, tx, rows, nb.Items); err != nil {
-			return nil, false, err
+		if err := p.Send(ctx); err != nil {
+			return false, err
+		}
+		if err := insertItems(ctx, p, created, nb.Items); err != nil {
+			return false, err
 		}
 	}
-	return rows, true, nil
+	return true, nil
 }
 
 // insertItems copies the items of the list blocks just created (rows, in creation order).
-func insertItems(ctx context.Context, tx pgx.Tx, rows []BlockRow, items [][][]byte) error {
+func insertItems(ctx context.Context, p *execution.Pipeline, rows []BlockRow, items [][][]byte) error {
 	if len(rows) != len(items) {
 		return fmt.Errorf("created %d list blocks of %d", len(rows), len(items))
 	}
@@ -464,19 +504,8 @@ func insertItems(ctx context.Context, tx pgx.Tx, rows []BlockRow, items [][][]by
 			copyRows = append(copyRows, []any{b.ID, int32(n + 1), string(v)})
 		}
 	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"taskling", "list_item"}, []string{"block_id", "n", "value"}, pgx.CopyFromRows(copyRows))
+	_, err := p.CopyFrom(ctx, pgx.Identifier{"taskling", "list_item"}, []string{"block_id", "n", "value"}, pgx.CopyFromRows(copyRows))
 	return err
-}
-
-// blockTx runs fn in a READ COMMITTED transaction (SKIP LOCKED and the compare-and-set above rely
-// on its re-reading of changed rows), retrying a serialization failure or deadlock.
-func (s *Store) blockTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	for attempt := 0; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, fn)
-		if err == nil || !execution.IsRetryable(err) || attempt >= 5 {
-			return err
-		}
-	}
 }
 
 // setBlockStatusSQL moves block $1's attempt $2 (if still its latest and not ended) to status
