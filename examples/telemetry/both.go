@@ -78,10 +78,12 @@ type span struct {
 	Name        string
 	SpanContext struct{ TraceID, SpanID string }
 	Parent      struct{ TraceID, SpanID string }
-	Links       []struct{ SpanContext struct{ TraceID, SpanID string } }
-	StartTime   time.Time
-	EndTime     time.Time
-	Attributes  []struct {
+	Links       []struct {
+		SpanContext struct{ TraceID, SpanID string }
+	}
+	StartTime  time.Time
+	EndTime    time.Time
+	Attributes []struct {
 		Key   string
 		Value struct{ Value any }
 	}
@@ -165,4 +167,3 @@ func links(s span) string {
 	}
 	return strings.Join(out, "")
 }
-
