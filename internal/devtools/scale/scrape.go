@@ -15,6 +15,13 @@ import (
 // submissions.
 const TargetScrapeP50 = 100 * time.Millisecond
 
+// submissionTasksSQL maps seeded task n to its id by its name (task-<n>): after the run, hosts
+// have declared some tasks, so taskMapSQL's declared_by no longer finds them all.
+const submissionTasksSQL = `CREATE TEMP TABLE scale_task ON COMMIT DROP AS
+SELECT id, substring(task_name FROM 6)::int AS n FROM taskling.task_definition
+WHERE application_name LIKE 'app%' AND task_name ~ '^task-[0-9]+$';
+CREATE UNIQUE INDEX ON scale_task (n)`
+
 // seedSubmissionsSQL adds $1 finished or waiting submissions over the seeded tasks (scale_task),
 // task n's share falling as with the executions: by (i·37) mod 100, 0–84 completed, 85–89 dead,
 // 90–94 cancelled, 95–99 waiting; a third have a reference value, and they were submitted over
@@ -50,7 +57,7 @@ func SeedSubmissions(ctx context.Context, pool *pgxpool.Pool, tasks, n int) (tim
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, taskMapSQL); err != nil {
+	if _, err := tx.Exec(ctx, submissionTasksSQL); err != nil {
 		return 0, err
 	}
 	if _, err := tx.Exec(ctx, seedSubmissionsSQL, n, 7*86400, now, tasks); err != nil {
