@@ -3,8 +3,10 @@ package taskling
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/internal/store/submitstore"
@@ -235,9 +237,27 @@ func (e *errCancelled) Error() string {
 func (e *errCancelled) Is(target error) bool { return target == ErrSubmissionCancelled }
 
 // SubmissionCounts counts every task's submissions by status, fleet-wide (tasks without
-// submissions are left out): what the metrics' taskling_submissions gauge shows. It reads an
-// index of the whole table (migration 0020): tens of milliseconds per million submissions.
+// submissions are left out): what the metrics' taskling_submissions gauge shows. It reads a tally
+// that the database keeps as submissions change (migration 0020), whose size follows the changes
+// since it was last compacted, not the submissions kept; it compacts the tally first, at most once
+// a minute per client (a compaction that fails, on a read-only server say, is left to the next).
 func (c *Client) SubmissionCounts(ctx context.Context) (_ []SubmissionCount, err error) {
 	defer wrapErr(&err, "count submissions")
+	c.compactTally(ctx)
 	return c.subs.SubmissionCounts(ctx)
+}
+
+// tallyEvery is how often at most a client compacts the submission tally.
+const tallyEvery = time.Minute
+
+// compactTally compacts the submission tally unless this client did within tallyEvery.
+func (c *Client) compactTally(ctx context.Context) {
+	now := time.Now()
+	last := c.tallied.Load()
+	if last != nil && now.Sub(*last) < tallyEvery || !c.tallied.CompareAndSwap(last, &now) {
+		return
+	}
+	if _, err := c.subs.CompactSubmissionTally(ctx); err != nil {
+		c.log.Debug("taskling: could not compact the submission tally", zap.Error(err))
+	}
 }

@@ -20,9 +20,10 @@ SELECT id, 0, $3, '{"n": 1}'::jsonb, 3 FROM taskling.task_definition WHERE appli
 RETURNING id`
 
 // TestTraceContextUpgradeKeepsSubmissionsAndOlderInserts: 0020 (trace context columns, the
-// status index) on a database of 0019 with submissions, one completed and one waiting: they read
-// back with no trace context and are counted by status, the waiting one runs, an insert as a
-// binary of 0019 writes it still works, and a new Submit stores a trace context.
+// submission tally) on a database of 0019 with submissions, one completed and one waiting: they
+// read back with no trace context and are counted by status (the tally starts from them), the
+// waiting one runs, an insert as a binary of 0019 writes it still works and is counted, and a new
+// Submit stores a trace context.
 func TestTraceContextUpgradeKeepsSubmissionsAndOlderInserts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -38,7 +39,7 @@ func TestTraceContextUpgradeKeepsSubmissionsAndOlderInserts(t *testing.T) {
 
 	require.NoError(t, migrations.Up(ctx, pool))
 	b := &testBundle{ctx: ctx, pool: pool, client: newClient(t, pool, noAutoCleanup(withLimit(1))), app: "app", task: "jobs"}
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM pg_indexes WHERE indexname = 'submission_status_idx'`))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'submission_tally_%'`))
 	for _, id := range []int64{done, waiting} {
 		sub, err := b.client.Submission(ctx, id)
 		require.NoError(t, err)
@@ -73,4 +74,7 @@ func TestTraceContextUpgradeKeepsSubmissionsAndOlderInserts(t *testing.T) {
 	sub, err := b.client.Submission(ctx, traced)
 	require.NoError(t, err)
 	require.Equal(t, tc, sub.Trace)
+	counts, err = b.client.SubmissionCounts(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []taskling.SubmissionCount{{Application: "app", Task: "jobs", Status: taskling.SubmissionCompleted, Submissions: 4}}, counts)
 }

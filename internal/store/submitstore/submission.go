@@ -399,13 +399,24 @@ func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, o
 	return status, true, nil
 }
 
-// submissionCountsSQL counts every task's submissions by status, for the metrics' gauges. It
-// reads the whole table; see SubmissionCounts for its cost.
+// submissionCountsSQL counts every task's submissions by status, for the metrics' gauges: the
+// sums of taskling.submission_tally (migration 0020), which triggers keep as submissions change.
 const submissionCountsSQL = `
 SELECT d.application_name, d.task_name, c.status, c.n
-FROM (SELECT task_id, status, count(*) AS n FROM taskling.submission GROUP BY task_id, status) c
+FROM (SELECT task_id, status, sum(n)::bigint AS n FROM taskling.submission_tally GROUP BY task_id, status HAVING sum(n) <> 0) c
 JOIN taskling.task_definition d ON d.id = c.task_id
 ORDER BY d.application_name, d.task_name, c.status`
+
+// CompactSubmissionTally replaces the tally's rows by their sums (one row per task and status),
+// unless another compaction runs: it returns the rows replaced, or -1 when it left it to the
+// other.
+func (s *Store) CompactSubmissionTally(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, `SELECT taskling.compact_submission_tally()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("compact the submission tally: %w", err)
+	}
+	return n, nil
+}
 
 // SubmissionCounts counts every task's submissions by status (tasks without submissions are left
 // out).
