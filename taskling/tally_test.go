@@ -47,10 +47,22 @@ WHERE a.n IS DISTINCT FROM c.n`
 // TestSubmissionCountsFollowEveryChange: the tally behind SubmissionCounts (migration 0020)
 // agrees with a count of the table through concurrent submits (duplicates and a rolled-back
 // SubmitTx among them), attempts that complete, fail for good or run, cancels, compactions at any
-// point, and a cleanup that deletes finished submissions.
+// point, and a cleanup that deletes finished submissions; at both isolation levels (the
+// triggers run in the token transactions that start and end attempts).
 func TestSubmissionCountsFollowEveryChange(t *testing.T) {
 	t.Parallel()
-	b := setup(t, noAutoCleanup(withLimit(2)))
+	for name, iso := range map[string]taskling.Isolation{"read committed": taskling.IsolationReadCommitted,
+		"serializable": taskling.IsolationSerializable} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := noAutoCleanup(withLimit(2))
+			cfg.Isolation = iso
+			submissionCountsFollow(t, setup(t, cfg), iso)
+		})
+	}
+}
+
+func submissionCountsFollow(t *testing.T, b *testBundle, iso taskling.Isolation) {
 	check := func(when string) {
 		t.Helper()
 		tally, table := counted(t, b)
@@ -134,7 +146,9 @@ func TestSubmissionCountsFollowEveryChange(t *testing.T) {
 	// Finished submissions without a reference go once past retention: here, at once.
 	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.submission SET reference_value = NULL, finished_at = finished_at - interval '100 days'`)
 	require.NoError(t, err)
-	cleaner := newClient(t, b.pool, noAutoCleanup(withLimit(2))) // a client that has not compacted in the last minute
+	cfg := noAutoCleanup(withLimit(2)) // a client that has not compacted in the last minute
+	cfg.Isolation = iso
+	cleaner := newClient(t, b.pool, cfg)
 	_, err = cleaner.Cleanup(b.ctx, b.app, "jobs", nil)
 	require.NoError(t, err)
 	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.submission_tally`), "the cleanup compacted the tally (its deletes' rows with the rest): nothing is left to count")
