@@ -166,6 +166,9 @@ type AcquireResult struct {
 	// its place in line (1: next).
 	Ticket   int64
 	Position int
+	// QueuedAt is when that ticket was queued, on the database clock (a ticket whose offer
+	// lapsed is queued again, from then).
+	QueuedAt time.Time
 	// Direct: the ticket is direct (Queue.Direct was honoured). HandedOff: a slot is
 	// granted to it; take it with TakeHandoff.
 	Direct, HandedOff bool

@@ -298,6 +298,7 @@ func (d *decider) queueAllows(req *acquisition, execID int64, res *AcquireResult
 			return true
 		}
 		res.Ticket, res.Position, res.Direct = ticket, pos+1, d.queue.tickets[pos].direct && res.Effective.KeepAlive()
+		res.QueuedAt = time.UnixMicro(d.queue.tickets[pos].queuedUS)
 		return false
 	}
 	if len(d.queue.tickets) < free {
@@ -311,6 +312,7 @@ func (d *decider) queueAllows(req *acquisition, execID int64, res *AcquireResult
 		t := d.newTicket(req, execID, res.Effective)
 		d.queue.enqueue(t)
 		res.Ticket, res.Position, res.Direct = execID, d.queue.position(execID)+1, t.direct
+		res.QueuedAt = time.UnixMicro(t.queuedUS)
 	}
 	return false
 }

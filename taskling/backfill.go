@@ -90,6 +90,8 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 		}
 		req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskID: r.taskID,
 			TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared}, ScheduledFor: &instant}}
+		_, req.obs = c.observe(ctx, StartInfo{Application: app, Task: task, Kind: StartBackfill, At: time.Now(),
+			ScheduledFor: instant}, false)
 		exec, err := c.claimWhenFree(ctx, app, task, req, settings)
 		if execution.IsScheduleConflict(err) {
 			continue // claimed meanwhile by another Backfill
@@ -115,7 +117,7 @@ func (c *Client) claimWhenFree(ctx context.Context, app, task string, req startR
 		res, err := c.acquire(cctx, app, task, req)
 		cancel()
 		if err == nil {
-			exec := c.newExecution(app, task, req, res, settings, ctx)
+			exec := c.newExecution(app, task, req, res, settings, req.obs.begin(ctx))
 			exec.scheduledFor = *req.ScheduledFor
 			return exec, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/codes"
@@ -128,6 +129,22 @@ type Block struct {
 
 	e     *Execution
 	units int64 // its weight in its execution's progress
+	trace blockTrace
+}
+
+// blockTrace reports a block attempt's start and end to the hooks (observe.go), once each.
+type blockTrace struct{ end atomic.Pointer[func(error)] }
+
+func (t *blockTrace) start(o *startObs, b BlockStart) {
+	if done := o.blockStarted(b); done != nil && !t.end.CompareAndSwap(nil, &done) {
+		done(nil) // started twice: the first report stands
+	}
+}
+
+func (t *blockTrace) finish(err error) {
+	if done := t.end.Swap(nil); done != nil {
+		(*done)(err)
+	}
 }
 
 // Decode decodes an object block's value into v.
@@ -141,7 +158,11 @@ func (b *Block) Decode(v any) error {
 // Start marks the attempt started.
 func (b *Block) Start(ctx context.Context) error {
 	b.e.startedBlocks.Store(true)
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockStarted, nil, 0, nil)
+	if err := b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockStarted, nil, 0, nil); err != nil {
+		return err
+	}
+	b.trace.start(b.e.obs, BlockStart{ID: b.ID, Kind: b.Kind, Attempt: b.Attempt, Forced: b.Forced})
+	return nil
 }
 
 // Complete marks the attempt completed, with the number of items it processed (stored with the
@@ -150,14 +171,20 @@ func (b *Block) Complete(ctx context.Context, itemsProcessed int64) error {
 	if itemsProcessed < 0 {
 		return fmt.Errorf("%w: Block.Complete: itemsProcessed is %d; must not be negative", ErrInvalidArgument, itemsProcessed)
 	}
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockCompleted, &itemsProcessed, b.units, nil)
+	if err := b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockCompleted, &itemsProcessed, b.units, nil); err != nil {
+		return err
+	}
+	b.trace.finish(nil)
+	return nil
 }
 
 // Fail marks the attempt failed with a message (truncated to MaxMessageLength); the block can be
 // taken again by an execution that reprocesses failed blocks.
 func (b *Block) Fail(ctx context.Context, message string) error {
 	m := truncate(cleanText(message))
-	return b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockFailed, nil, 0, &m)
+	err := b.e.setBlockStatus(ctx, b.ID, b.Attempt, codes.BlockFailed, nil, 0, &m)
+	b.trace.finish(errors.New(m))
+	return err
 }
 
 // blockWrite checks that the execution may still write: not completed, lease held.
@@ -499,6 +526,7 @@ type ListBlock struct {
 	mu      sync.Mutex
 	pending []blockstore.ItemUpdate
 	ended   bool
+	trace   blockTrace
 }
 
 // DecodeHeader decodes the block's header into v.
@@ -599,7 +627,11 @@ func (l *ListBlock) Items(ctx context.Context, statuses ...ItemStatus) ([]*ListI
 // Start marks the attempt started.
 func (l *ListBlock) Start(ctx context.Context) error {
 	l.e.startedBlocks.Store(true)
-	return l.e.setBlockStatus(ctx, l.ID, l.Attempt, codes.BlockStarted, nil, 0, nil)
+	if err := l.e.setBlockStatus(ctx, l.ID, l.Attempt, codes.BlockStarted, nil, 0, nil); err != nil {
+		return err
+	}
+	l.trace.start(l.e.obs, BlockStart{ID: l.ID, Kind: KindList, Attempt: l.Attempt, Forced: l.Forced})
+	return nil
 }
 
 // ItemCompleted records item as completed.
@@ -715,6 +747,13 @@ func (l *ListBlock) end(ctx context.Context, failed bool, message string) error 
 	err = l.e.c.blocks.SetBlockStatus(ctx, l.ID, l.Attempt, status, &done, 0, msg)
 	if err == nil || errors.Is(err, blockstore.ErrBlockLost) {
 		l.ended = true
+		var why error
+		if msg != nil {
+			why = errors.New(*msg)
+		} else if err != nil {
+			why = err
+		}
+		l.trace.finish(why)
 	}
 	return err
 }

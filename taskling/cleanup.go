@@ -219,6 +219,9 @@ func (c *Client) cleanTask(ctx context.Context, t adminstore.CleanupTask, keep e
 	if rerr := c.admin.ReleaseCleanup(rctx, t.TaskID, claimant, total.Rows()); err == nil {
 		err = rerr
 	}
+	// The tally of submissions grows with every change: cleaners compact it too, so that it stays
+	// small where nothing scrapes the metrics.
+	c.compactTally(rctx)
 	if err != nil {
 		return total, fmt.Errorf("taskling: cleanup of %s/%s: %w", t.Application, t.Task, err)
 	}

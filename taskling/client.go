@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -103,8 +104,9 @@ type Client struct {
 	disputes     sync.Map // task id -> time.Time of the last disagreement recorded (noteDispute)
 	declarations sync.Map // task id -> the declaration last recorded (noteDeclaration)
 
-	cleanupEvery time.Duration // the automatic cleanup's interval; negative: none
-	cleaner      sync.Once     // starts the automatic cleanup with the client's first start
+	cleanupEvery time.Duration             // the automatic cleanup's interval; negative: none
+	cleaner      sync.Once                 // starts the automatic cleanup with the client's first start
+	tallied      atomic.Pointer[time.Time] // when this client last compacted the submission tally (submit.go)
 
 	sched scheduler    // cron registrations (schedule.go)
 	hb    *heartbeater // the session and its heartbeats (heartbeat.go)

@@ -43,6 +43,10 @@ type Execution struct {
 	// submissionID and attempt: the submission this execution runs (work.go), 0 for none.
 	submissionID int64
 	attempt      int
+	// obs is what the hooks observe of its start (observe.go); grantedAt when it was granted, on
+	// this process's clock.
+	obs       *startObs
+	grantedAt time.Time
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -54,6 +58,7 @@ type Execution struct {
 	completing    sync.Mutex // serializes Complete calls
 	completed     bool
 	markedFailed  bool // RecordError(…, true) was called: the execution ends failed
+	endReported   bool // the hooks were told of its end (reportEnd)
 	completeErr   error
 	lists         []*ListBlock     // list blocks whose buffered item statuses Complete writes
 	section       *CriticalSection // held, released by Complete
@@ -81,6 +86,12 @@ func (c *Client) newExecution(app, task string, req startReq, res execution.Acqu
 	if res.Attempt > 0 {
 		e.submissionID, e.attempt = req.submission, res.Attempt
 	}
+	if e.obs = req.obs; e.obs == nil {
+		e.obs = &startObs{c: c}
+	}
+	e.grantedAt = time.Now()
+	startCtx = e.obs.granted(startCtx, app, task, Grant{ExecutionID: res.ExecutionID, FencingToken: res.Fence,
+		Attempt: e.attempt, StartedAt: res.StartedAt})
 	// The work's context keeps the start context's values but not its deadline: an acquire
 	// timeout must not end the work.
 	e.ctx, e.cancel = context.WithCancelCause(context.WithoutCancel(startCtx))
@@ -231,10 +242,39 @@ func (e *Execution) deadline() time.Time {
 // fails on a connection error or a read-only server (ErrDatabaseReadOnly) is retried until ctx
 // ends or the lease would have expired anyway.
 func (e *Execution) Complete(ctx context.Context) error {
-	return e.finish(ctx, false)
+	return e.finish(ctx, false, nil)
 }
 
-func (e *Execution) finish(ctx context.Context, failed bool) error {
+// finish ends the execution, failed or not; runErr is why it failed (Run's fn), for the hooks.
+func (e *Execution) finish(ctx context.Context, failed bool, runErr error) (err error) {
+	defer func() { e.reportEnd(failed, runErr, err) }()
+	return e.release(ctx, failed)
+}
+
+// reportEnd reports the end to the hooks, once: the first call that completed the execution, or
+// failed to.
+func (e *Execution) reportEnd(failed bool, runErr, completeErr error) {
+	e.completing.Lock()
+	failed = failed || e.markedFailed
+	first := !e.endReported
+	e.endReported = true
+	e.completing.Unlock()
+	if !first {
+		return
+	}
+	leaseLost := errors.Is(completeErr, ErrLeaseLost) || errors.Is(context.Cause(e.ctx), ErrLeaseLost)
+	outcome := runOutcome(runErr, failed, leaseLost)
+	e.c.hooks.ended(e.app, e.task, outcome, time.Since(e.grantedAt))
+	end := End{Outcome: outcome, Err: runErr}
+	if completeErr != nil && !errors.Is(completeErr, ErrLeaseLost) {
+		end.Err = errors.Join(runErr, completeErr)
+	} else if end.Err == nil && leaseLost {
+		end.Err = ErrLeaseLost
+	}
+	e.obs.end(end)
+}
+
+func (e *Execution) release(ctx context.Context, failed bool) error {
 	e.completing.Lock()
 	defer e.completing.Unlock()
 	if e.completed {

@@ -1,6 +1,9 @@
 package taskling
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // StopHeartbeatForTest freezes the heartbeats of the execution's client, as if its process
 // froze: no heartbeat is sent or extends a lease any more, for this execution and every other of
@@ -26,3 +29,8 @@ func (c *Client) OnClaimDeniedForTest(f func()) { c.testHooks.claimDenied = f }
 
 // CheckJSONBForTest reports what PostgreSQL's jsonb would refuse in b (valid JSON).
 func CheckJSONBForTest(b []byte) error { return checkJSONB(b) }
+
+// CompactSubmissionTallyForTest compacts the submission tally now.
+func (c *Client) CompactSubmissionTallyForTest(ctx context.Context) (int64, error) {
+	return c.subs.CompactSubmissionTally(ctx)
+}

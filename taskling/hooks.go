@@ -1,14 +1,16 @@
 package taskling
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
 // Hooks are callbacks a Client calls as it works, for metrics and tracing; package
-// taskling/tasklingprom turns them into Prometheus metrics. A nil func is not called. Hooks run
-// synchronously on the goroutine doing the work: keep them fast and never block in them.
+// taskling/tasklingprom turns them into Prometheus metrics, and taskling/tasklingotel into
+// OpenTelemetry spans and instruments. A nil func is not called. Hooks run synchronously on the
+// goroutine doing the work: keep them fast and never block in them.
 type Hooks struct {
 	// AcquireDone: an acquire transaction ended (granted, denied or failed) after took, retries
 	// included.
@@ -25,6 +27,27 @@ type Hooks struct {
 	HeartbeatFailed func(app, task string)
 	// Cleaned: one cleanup transaction of the task (automatic or Cleanup) deleted these rows.
 	Cleaned func(app, task string, deleted CleanupCounts)
+
+	// Waited: a WaitForSlot start (an attempt of Work among them) was granted a slot, took after
+	// its ticket was queued, on the database clock; 0 when it was granted without queueing.
+	Waited func(app, task string, took time.Duration)
+	// SubmissionWaited: an attempt of a submission was granted its slot, took after the
+	// submission was created (Submit), on the database clock.
+	SubmissionWaited func(app, task string, took time.Duration)
+	// Ended: an execution ended (Complete, or the end of the function of Run, Work or a
+	// scheduled run), took after its grant on this process's clock, with outcome
+	// OutcomeCompleted, OutcomeFailed, OutcomePanicked or OutcomeLeaseLost.
+	Ended func(app, task string, outcome Outcome, took time.Duration)
+
+	// TraceContext returns the W3C trace context of ctx, which Submit and SubmitTx store with a
+	// submission whose SubmitOptions.TraceContext is empty. The first hook that returns a
+	// non-zero one wins. Package tasklingotel sets it.
+	TraceContext func(ctx context.Context) TraceContext
+	// StartBegan: a start began (StartInfo.Kind says which call). It returns the context the
+	// start goes on with (nil: ctx) and the callbacks that follow it (nil: none); the context's
+	// values reach the execution's Context through StartTrace.Granted. A critical section's wait
+	// is reported to its execution's StartTrace, not here.
+	StartBegan func(ctx context.Context, s StartInfo) (context.Context, *StartTrace)
 }
 
 // DenyReason says why a start was denied.
@@ -111,6 +134,41 @@ func (l *hookList) cleaned(app, task string, deleted CleanupCounts) {
 			h.Cleaned(app, task, deleted)
 		}
 	})
+}
+
+func (l *hookList) waited(app, task string, took time.Duration) {
+	l.each(func(h Hooks) {
+		if h.Waited != nil {
+			h.Waited(app, task, took)
+		}
+	})
+}
+
+func (l *hookList) submissionWaited(app, task string, took time.Duration) {
+	l.each(func(h Hooks) {
+		if h.SubmissionWaited != nil {
+			h.SubmissionWaited(app, task, took)
+		}
+	})
+}
+
+func (l *hookList) ended(app, task string, outcome Outcome, took time.Duration) {
+	l.each(func(h Hooks) {
+		if h.Ended != nil {
+			h.Ended(app, task, outcome, took)
+		}
+	})
+}
+
+// traceContext is the first non-zero trace context a hook reads from ctx.
+func (l *hookList) traceContext(ctx context.Context) TraceContext {
+	var tc TraceContext
+	l.each(func(h Hooks) {
+		if tc.IsZero() && h.TraceContext != nil {
+			tc = h.TraceContext(ctx)
+		}
+	})
+	return tc
 }
 
 func (l *hookList) heartbeatFailed(app, task string) {

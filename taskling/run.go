@@ -60,7 +60,7 @@ func (c *Client) runStarted(ctx context.Context, exec *Execution, fn func(ctx co
 			}
 		}
 	}
-	cerr := exec.finish(cctx, err != nil)
+	cerr := exec.finish(cctx, err != nil, err)
 	if err != nil {
 		if cerr != nil && !errors.Is(cerr, ErrLeaseLost) {
 			return errors.Join(err, cerr)

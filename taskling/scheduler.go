@@ -179,6 +179,9 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 			Host: c.host, SessionID: session, Declared: declared}, RecordDenial: !waitForSlot},
 		claim: &execution.ScheduleClaim{Expected: row.Cursor, Events: events}, instant: instant,
 	}
+	// Traced once claimed: a claim another host won, or one skipped, is no run.
+	_, req.obs = c.observe(ctx, StartInfo{Application: r.app, Task: r.task, Kind: StartScheduled, At: time.Now(),
+		ScheduledFor: instant}, false)
 	if !c.drain.start() { // Shutdown: claim nothing more
 		return maxScheduleSleep, false, nil
 	}
@@ -193,7 +196,7 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	cancel()
 	switch {
 	case err == nil:
-		exec := c.newExecution(r.app, r.task, req, res, settings, runCtx)
+		exec := c.newExecution(r.app, r.task, req, res, settings, req.obs.begin(runCtx))
 		exec.scheduledFor = instant
 		runs.Add(1)
 		started = true

@@ -64,8 +64,10 @@ func (e *Execution) CriticalSection(ctx context.Context, timeout time.Duration) 
 	defer stop()
 	settings := e.declared
 	settings.ConcurrencyLimit = 1
+	waited := e.obs.sectionWait()
 	held, err := e.c.start(ctx, e.app, e.task+SectionSuffix, &StartOptions{WaitForSlot: true,
 		ReferenceValue: fmt.Sprintf("execution %d", e.id)}, startExtra{section: &settings})
+	waited(err)
 	if err != nil {
 		if e.ctx.Err() != nil && e.active() != nil {
 			return nil, fmt.Errorf("%w: execution %d completed while waiting for its critical section: %w", ErrExecutionCompleted, e.id, err)

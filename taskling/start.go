@@ -55,6 +55,9 @@ type startExtra struct {
 	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
 	storedHeader []byte        // the submission's header as stored: jsonb's text, passed as is (work.go)
 	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
+	// The submission's creation (database clock) and trace context, for the hooks (work.go).
+	submittedAt time.Time
+	trace       TraceContext
 }
 
 // StartExecution asks for a slot of the task app/task and, when granted, returns the running
@@ -68,7 +71,7 @@ func (c *Client) StartExecution(ctx context.Context, app, task string, opts *Sta
 	return c.start(ctx, app, task, opts, startExtra{})
 }
 
-// start is StartExecution with what the library's own starts add.
+// start is StartExecution with what the library's own starts add; the hooks observe it.
 func (c *Client) start(ctx context.Context, app, task string, opts *StartOptions, x startExtra) (*Execution, error) {
 	if c.isClosed() {
 		return nil, ErrClientClosed
@@ -76,6 +79,21 @@ func (c *Client) start(ctx context.Context, app, task string, opts *StartOptions
 	if opts == nil {
 		opts = &StartOptions{}
 	}
+	info := StartInfo{Application: app, Task: task, Kind: StartDirect, At: time.Now(), WaitForSlot: opts.WaitForSlot,
+		Priority: opts.Priority, SubmissionID: x.submission, SubmissionTrace: x.trace, SubmittedAt: x.submittedAt}
+	if x.submission != 0 {
+		info.Kind = StartAttempt
+	}
+	ctx, obs := c.observe(ctx, info, x.section == nil)
+	e, err := c.request(ctx, app, task, opts, x, obs)
+	if err != nil {
+		obs.failed(err)
+	}
+	return e, err
+}
+
+// request asks for a slot for start.
+func (c *Client) request(ctx context.Context, app, task string, opts *StartOptions, x startExtra, obs *startObs) (*Execution, error) {
 	validate := validateOwnTask
 	if x.section != nil {
 		validate = validateTask
@@ -84,7 +102,7 @@ func (c *Client) start(ctx context.Context, app, task string, opts *StartOptions
 		return nil, err
 	}
 	req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskName: app + "/" + task, Host: c.host},
-		Idempotent: opts.Idempotent}, submission: x.submission}
+		Idempotent: opts.Idempotent}, submission: x.submission, obs: obs}
 	var err error
 	if opts.ReferenceValue != "" {
 		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
@@ -213,6 +231,9 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq
 		if err == nil {
 			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
+		}
+		if res.Ticket != 0 {
+			req.obs.queue(res.QueuedAt, res.Position)
 		}
 		if res.Ticket != 0 && res.Ticket != req.ticket() {
 			req.setTicket(res.Ticket)

@@ -15,6 +15,7 @@ type startReq struct {
 	claim      *execution.ScheduleClaim
 	instant    time.Time
 	submission int64
+	obs        *startObs // what the hooks observe of it (observe.go)
 }
 
 // run serves r once.

@@ -3,8 +3,10 @@ package taskling
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/internal/store/submitstore"
@@ -49,6 +51,10 @@ type SubmitOptions struct {
 	// sends it back to waiting until MaxAttempts attempts were made; it is then dead.
 	// Default DefaultMaxAttempts, at most MaxMaxAttempts.
 	MaxAttempts int
+	// TraceContext is the W3C trace context stored with the submission, to which each attempt's
+	// trace links (see package tasklingotel). Zero: the one a hook reads from Submit's context
+	// (Hooks.TraceContext), if any. Checked by ValidateTraceContext.
+	TraceContext TraceContext
 }
 
 // Submit stores a request to run app/task and returns its id at once; its status is waiting
@@ -114,6 +120,12 @@ func (c *Client) newSubmission(ctx context.Context, app, task string, opts *Subm
 	}
 	var err error
 	if sub.Header, err = encodeHeader("SubmitOptions.Header", opts.Header); err != nil {
+		return sub, err
+	}
+	if sub.Trace = opts.TraceContext; sub.Trace.IsZero() {
+		sub.Trace = c.hooks.traceContext(ctx)
+	}
+	if err := ValidateTraceContext("SubmitOptions.TraceContext", sub.Trace); err != nil {
 		return sub, err
 	}
 	id, err := c.taskID(ctx, app, task)
@@ -223,3 +235,29 @@ func (e *errCancelled) Error() string {
 }
 
 func (e *errCancelled) Is(target error) bool { return target == ErrSubmissionCancelled }
+
+// SubmissionCounts counts every task's submissions by status, fleet-wide (tasks without
+// submissions are left out): what the metrics' taskling_submissions gauge shows. It reads a tally
+// that the database keeps as submissions change (migration 0021), whose size follows the changes
+// since it was last compacted, not the submissions kept; it compacts the tally first, at most once
+// a minute per client (a compaction that fails, on a read-only server say, is left to the next).
+func (c *Client) SubmissionCounts(ctx context.Context) (_ []SubmissionCount, err error) {
+	defer wrapErr(&err, "count submissions")
+	c.compactTally(ctx)
+	return c.subs.SubmissionCounts(ctx)
+}
+
+// tallyEvery is how often at most a client compacts the submission tally.
+const tallyEvery = time.Minute
+
+// compactTally compacts the submission tally unless this client did within tallyEvery.
+func (c *Client) compactTally(ctx context.Context) {
+	now := time.Now()
+	last := c.tallied.Load()
+	if last != nil && now.Sub(*last) < tallyEvery || !c.tallied.CompareAndSwap(last, &now) {
+		return
+	}
+	if _, err := c.subs.CompactSubmissionTally(ctx); err != nil {
+		c.log.Debug("taskling: could not compact the submission tally", zap.Error(err))
+	}
+}

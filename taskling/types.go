@@ -110,6 +110,10 @@ type (
 	SubmissionStatus = tasklingtype.SubmissionStatus
 	// Submission is a submitted run and where it stands.
 	Submission = tasklingtype.Submission
+	// SubmissionCount is how many submissions of a task have a status.
+	SubmissionCount = tasklingtype.SubmissionCount
+	// TraceContext is a W3C trace context, as stored with a submission.
+	TraceContext = tasklingtype.TraceContext
 )
 
 const (

@@ -191,7 +191,8 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	if sub.Reference != nil {
 		opts.ReferenceValue = *sub.Reference
 	}
-	exec, err := c.start(stopCtx, w.app, w.task, opts, startExtra{submission: sub.ID, storedHeader: sub.Header})
+	exec, err := c.start(stopCtx, w.app, w.task, opts, startExtra{submission: sub.ID, storedHeader: sub.Header,
+		submittedAt: sub.SubmittedAt, trace: sub.Trace()})
 	if err != nil && stopCtx.Err() == nil && refusesItsRow(err) {
 		// Given back, it would be first in line again and fail the same way, forever: it costs
 		// an attempt instead, as a failed run does, and the ones behind it go on.

@@ -48,4 +48,28 @@ type Submission struct {
 	SubmittedAt     time.Time  `json:"submitted_at"`
 	UpdatedAt       time.Time  `json:"updated_at"`
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	// Trace is the trace context of the code that submitted it (SubmitOptions.TraceContext, or
+	// what a hook read from Submit's context); zero when none was given.
+	Trace TraceContext `json:"trace,omitzero"`
+}
+
+// TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/): the values of the
+// traceparent and tracestate headers, as stored with a submission.
+type TraceContext struct {
+	// Traceparent is "version-traceid-parentid-flags", e.g.
+	// "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".
+	Traceparent string `json:"traceparent"`
+	// Tracestate is vendor data that travels with it ("" for none).
+	Tracestate string `json:"tracestate,omitempty"`
+}
+
+// IsZero reports whether there is no trace context.
+func (t TraceContext) IsZero() bool { return t.Traceparent == "" && t.Tracestate == "" }
+
+// SubmissionCount is how many submissions of a task have a status.
+type SubmissionCount struct {
+	Application string           `json:"application"`
+	Task        string           `json:"task"`
+	Status      SubmissionStatus `json:"status"`
+	Submissions int64            `json:"submissions"`
 }

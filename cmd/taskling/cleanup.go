@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -30,7 +31,9 @@ a task, executions of blocks not completed, attempts of waiting or running submi
 block of each kind, succeeded idempotent references; a submission with a reference value loses
 only its header. Cron instants of deleted executions are remembered (Backfill skips them).
 
---dry-run prints what would be deleted and deletes nothing. Progress goes to stderr.
+--dry-run prints what would be deleted and deletes nothing. A run longer than a second shows its
+progress on stderr — the rows deleted so far over every task, their rate, the tasks cleaned and
+the one in progress — redrawn in place on a terminal, else a line every second.
 The default --timeout of this command is 1h.`,
 	}
 	target := addTaskTarget(cmd, true)
@@ -43,14 +46,10 @@ The default --timeout of this command is 1h.`,
 			e.timeout = cleanupTimeout
 		}
 		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-			last := time.Time{}
-			opts := &taskling.CleanupOptions{DryRun: dryRun, Progress: func(app, task string, soFar taskling.CleanupCounts) {
-				if time.Since(last) >= time.Second {
-					last = time.Now()
-					fmt.Fprintf(e.stderr, "cleanup: %s/%s: %d rows deleted so far\n", app, task, soFar.Rows())
-				}
-			}}
-			res, err := c.Cleanup(ctx, app, task, opts)
+			p := &cleanupProgress{w: e.rawStderr, terminal: isTerminal(e.rawStderr, e.getenv), dryRun: dryRun,
+				began: time.Now(), rows: map[string]int64{}}
+			res, err := c.Cleanup(ctx, app, task, &taskling.CleanupOptions{DryRun: dryRun, Progress: p.batch})
+			p.done()
 			if perr := e.printCleanup(res, dryRun); err == nil {
 				err = perr
 			}
@@ -123,4 +122,51 @@ func blocksCell(n int64, dryRun bool) string {
 		return "-"
 	}
 	return fmt.Sprint(n)
+}
+
+// cleanupProgress shows a long cleanup's progress on stderr: the rows deleted over every task so
+// far, their rate, the tasks seen and the one in progress; redrawn in place on a terminal, else a
+// line a second. A cleanup shorter than a second shows nothing.
+type cleanupProgress struct {
+	w        io.Writer // raw: it writes its own control sequences
+	terminal bool
+	dryRun   bool
+	began    time.Time
+	last     time.Time
+	rows     map[string]int64 // task → its rows so far
+	shown    bool
+}
+
+// batch is CleanupOptions.Progress.
+func (p *cleanupProgress) batch(app, task string, soFar taskling.CleanupCounts) {
+	p.rows[app+"/"+task] = soFar.Rows()
+	now := time.Now()
+	if now.Sub(p.began) < time.Second || now.Sub(p.last) < time.Second {
+		return
+	}
+	p.last = now
+	var total int64
+	for _, n := range p.rows {
+		total += n
+	}
+	verb := "deleted"
+	if p.dryRun {
+		verb = "to delete"
+	}
+	took := now.Sub(p.began)
+	line := fmt.Sprintf("cleanup: %s rows %s in %s (%s rows/s); %d tasks so far, now %s", groupDigits(total), verb,
+		took.Round(time.Second), groupDigits(int64(float64(total)/took.Seconds())), len(p.rows), terminalSafe(app+"/"+task))
+	if p.terminal {
+		fmt.Fprint(p.w, "\r\x1b[2K"+line)
+		p.shown = true
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+// done ends a redrawn line.
+func (p *cleanupProgress) done() {
+	if p.shown {
+		fmt.Fprintln(p.w)
+	}
 }

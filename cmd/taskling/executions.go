@@ -11,7 +11,7 @@ import (
 )
 
 func newExecutionsCommand(e *env) *cobra.Command {
-	cmd := &cobra.Command{Use: "executions", Short: "List a task's executions, show one execution"}
+	cmd := &cobra.Command{Use: "executions", Short: "List a task's executions, show or watch one execution"}
 	var last int
 	var status string
 	list := &cobra.Command{
@@ -66,7 +66,7 @@ func newExecutionsCommand(e *env) *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list, show)
+	cmd.AddCommand(list, show, newExecutionWatchCommand(e))
 	return cmd
 }
 

@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, rawStdout, rawStderr io.Writer, get
 	stdout, stderr := &terminalWriter{w: rawStdout}, &terminalWriter{w: rawStderr}
 	defer stderr.flush()
 	defer stdout.flush()
-	cmd := newRootCommand(&env{stdout: stdout, stderr: stderr, getenv: getenv})
+	cmd := newRootCommand(&env{stdout: stdout, stderr: stderr, rawStdout: rawStdout, rawStderr: rawStderr, getenv: getenv})
 	cmd.SetArgs(args)
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)

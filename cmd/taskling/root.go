@@ -17,7 +17,10 @@ import (
 // env is what commands need from the process: output streams and the environment.
 type env struct {
 	stdout, stderr io.Writer
-	getenv         func(string) string
+	// rawStdout and rawStderr are the streams unescaped, for a view that redraws its line on a
+	// terminal (watch, cleanup's progress): it escapes the stored text it shows itself.
+	rawStdout, rawStderr io.Writer
+	getenv               func(string) string
 
 	databaseURL string
 	output      string
@@ -37,6 +40,7 @@ Exit codes:
   3  not found: no such task, execution, submission, block or principal
   4  the database cannot be reached
   5  migrate status: some migrations are not applied yet
+(submissions watch and executions watch have their own: see their help.)
 Errors are printed on stderr as one line starting with "taskling: ".`
 
 func newRootCommand(e *env) *cobra.Command {

@@ -89,7 +89,7 @@ Follow it with 'taskling submissions show ID'.`,
 }
 
 func newSubmissionsCommand(e *env) *cobra.Command {
-	cmd := &cobra.Command{Use: "submissions", Short: "List a task's submissions, show or cancel one"}
+	cmd := &cobra.Command{Use: "submissions", Short: "List a task's submissions, show, watch or cancel one"}
 	var (
 		status string
 		limit  int
@@ -173,7 +173,7 @@ completed, died or was cancelled cannot be cancelled (exit 1).`,
 	}
 	cancel.Flags().StringVar(&reason, "reason", "", "why, kept with the submission and given to a running attempt")
 	cancel.Flags().StringVar(&by, "by", "", byUsage)
-	cmd.AddCommand(list, show, cancel)
+	cmd.AddCommand(list, show, newSubmissionWatchCommand(e), cancel)
 	return cmd
 }
 
@@ -256,6 +256,9 @@ func (e *env) showSubmission(ctx context.Context, c *taskling.Client, id int64) 
 		fmt.Fprintf(w, "Cancel:     %s\n", terminalSafe(orDash(s.CancelReason)))
 	}
 	fmt.Fprintf(w, "Last error: %s\n", terminalSafe(orDash(s.LastError)))
+	if !s.Trace.IsZero() {
+		fmt.Fprintf(w, "Trace:      %s\n", terminalSafe(s.Trace.Traceparent))
+	}
 	executions := make([]string, len(s.AttemptsExecutions))
 	for i, x := range s.AttemptsExecutions {
 		executions[i] = fmt.Sprintf("#%d", x)

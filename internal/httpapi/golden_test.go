@@ -118,7 +118,8 @@ func goldenScenario(t *testing.T, b *testBundle) *goldenIDs {
 	require.NoError(t, gone.Complete(ctx))
 	require.NoError(t, b.client.RetireTask(ctx, "app", "gone", "carol"))
 	// app/jobs: a completed submission, a cancelled one and a waiting one.
-	g.sub, err = b.client.Submit(ctx, "app", "jobs", &taskling.SubmitOptions{ReferenceValue: "r-1", Header: map[string]any{"n": 1}})
+	g.sub, err = b.client.Submit(ctx, "app", "jobs", &taskling.SubmitOptions{ReferenceValue: "r-1", Header: map[string]any{"n": 1},
+		TraceContext: taskling.TraceContext{Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Tracestate: "rojo=00f067aa0ba902b7"}})
 	require.NoError(t, err)
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -113,6 +113,7 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 		badField(w, err)
 		return
 	}
+	opts.TraceContext = requestTrace(r)
 	// A duplicate reference_value also answers 201 with the first submission's id: the client
 	// does not say whether the row is new.
 	id, err := h.client.Submit(r.Context(), app, task, opts)
@@ -122,6 +123,21 @@ func (h *Handler) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", h.opts.BasePath+"api/v1/submissions/"+strconv.FormatInt(id, 10))
 	writeJSON(w, http.StatusCreated, SubmitResponse{ID: id})
+}
+
+// requestTrace is the W3C trace context of a request's traceparent and tracestate headers, stored
+// with the submission. As the W3C recommendation asks of a receiver, a malformed one is ignored
+// (nothing is stored), not refused; a malformed tracestate alone is dropped.
+func requestTrace(r *http.Request) taskling.TraceContext {
+	tc := taskling.TraceContext{Traceparent: r.Header.Get("traceparent")}
+	if taskling.ValidateTraceContext("traceparent", tc) != nil {
+		return taskling.TraceContext{}
+	}
+	tc.Tracestate = strings.Join(r.Header.Values("tracestate"), ",")
+	if taskling.ValidateTraceContext("tracestate", tc) != nil {
+		tc.Tracestate = ""
+	}
+	return tc
 }
 
 func (h *Handler) listSubmissions(w http.ResponseWriter, r *http.Request) {

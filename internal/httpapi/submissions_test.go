@@ -438,3 +438,41 @@ func TestTaskPageShowsTheSubmissionsQueueAndCancelButtons(t *testing.T) {
 	require.Contains(t, rec.Body.String(), `id="submission-`+itoa(after)+`"`)
 	require.NotContains(t, rec.Body.String(), "data-cancel-api")
 }
+
+// TestSubmitStoresTheRequestsTraceContext: the submit route stores the request's traceparent and
+// tracestate headers with the submission, which its JSON shows under "trace"; a malformed
+// traceparent is ignored, as W3C Trace Context asks, and the submission is made without one.
+func TestSubmitStoresTheRequestsTraceContext(t *testing.T) {
+	t.Parallel()
+	b := setupWork(t, nil)
+	submit := func(headers map[string]string) int64 {
+		req, err := http.NewRequestWithContext(b.ctx, "POST", b.server.URL+"/api/v1/tasks/app/export/submissions", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := b.server.Client().Do(req)
+		require.NoError(t, err)
+		body := readBody(t, resp)
+		require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+		var created httpapi.SubmitResponse
+		require.NoError(t, json.Unmarshal([]byte(body), &created))
+		return created.ID
+	}
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	traced := submit(map[string]string{"traceparent": parent, "tracestate": "rojo=00f067aa0ba902b7"})
+	s := b.submission(t, traced)
+	require.Equal(t, taskling.TraceContext{Traceparent: parent, Tracestate: "rojo=00f067aa0ba902b7"}, s.Trace)
+	_, raw := b.do(t, "GET", "/api/v1/submissions/"+itoa(traced), "", "")
+	var view struct {
+		Trace map[string]string `json:"trace"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(raw), &view))
+	require.Equal(t, map[string]string{"traceparent": parent, "tracestate": "rojo=00f067aa0ba902b7"}, view.Trace)
+
+	malformed := submit(map[string]string{"traceparent": "00-not-a-trace-01"})
+	require.True(t, b.submission(t, malformed).Trace.IsZero())
+	_, raw = b.do(t, "GET", "/api/v1/submissions/"+itoa(malformed), "", "")
+	require.NotContains(t, raw, `"trace"`, "no trace context: no trace key")
+}

@@ -29,6 +29,15 @@
 //	taskling_cleanup_rows_total{task,kind}   rows this process's cleanups deleted: kind completed,
 //	                                         failed, blocked (executions), blocks, submissions
 //	taskling_acquire_duration_seconds{task}  duration of each acquire transaction, retries included
+//	taskling_wait_duration_seconds{task}     a WaitForSlot start's wait: ticket queued → grant, on the
+//	                                         database clock (0 when granted at once)
+//	taskling_submission_wait_duration_seconds{task}
+//	                                         submission created → attempt start, on the database clock
+//	taskling_run_duration_seconds{task,outcome}
+//	                                         grant → end of an execution: outcome completed, failed,
+//	                                         panicked or lease_lost
+//	taskling_submissions{task,status}        submissions by status: waiting, in_progress, completed,
+//	                                         dead, cancelled (gauge, from the DB)
 //	taskling_metrics_scrape_errors_total     scrapes whose database query for the gauges failed
 package tasklingprom
 
@@ -55,6 +64,10 @@ type Metrics struct {
 	heartbeatFailures *prometheus.CounterVec
 	cleanupRows       *prometheus.CounterVec
 	acquireSeconds    *prometheus.HistogramVec
+	waitSeconds       *prometheus.HistogramVec
+	subWaitSeconds    *prometheus.HistogramVec
+	runSeconds        *prometheus.HistogramVec
+	submissions       *prometheus.Desc
 	slotsInUse        *prometheus.Desc
 	slotsLimit        *prometheus.Desc
 	waiting           *prometheus.Desc
@@ -65,7 +78,11 @@ type Metrics struct {
 	scrapeErrors      prometheus.Counter
 
 	registry *prometheus.Registry
+	hooks    taskling.Hooks // what New added to the client
 }
+
+// DurationBuckets are the buckets of the wait and run histograms, in seconds.
+var DurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // New returns the metrics of client, which it starts counting through client.AddHooks.
 func New(client *taskling.Client) *Metrics {
@@ -85,6 +102,16 @@ func New(client *taskling.Client) *Metrics {
 			Help:    "Duration of the acquire transaction, retries included.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"task"}),
+		waitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "taskling", Name: "wait_duration_seconds",
+			Help:    "Wait of a WaitForSlot start from its ticket's queueing to its grant, on the database clock (0 when granted at once).",
+			Buckets: DurationBuckets}, []string{"task"}),
+		subWaitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "taskling", Name: "submission_wait_duration_seconds",
+			Help: "Time from a submission's creation to the start of an attempt, on the database clock.", Buckets: DurationBuckets}, []string{"task"}),
+		runSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "taskling", Name: "run_duration_seconds",
+			Help: "Time from an execution's grant to its end, by outcome (completed, failed, panicked, lease_lost).", Buckets: DurationBuckets},
+			[]string{"task", "outcome"}),
+		submissions: prometheus.NewDesc("taskling_submissions", "Submissions by status, read from the database (fleet-wide).",
+			[]string{"task", "status"}, nil),
 		slotsInUse: prometheus.NewDesc("taskling_slots_in_use", "Slots held by live executions, read from the database (fleet-wide).", []string{"task"}, nil),
 		slotsLimit: prometheus.NewDesc("taskling_slots_limit", "Concurrency limit in force, read from the database (-1 unlimited).", []string{"task"}, nil),
 		waiting:    prometheus.NewDesc("taskling_waiting", "Live WaitForSlot starts queued for a slot, read from the database (fleet-wide).", []string{"task"}, nil),
@@ -101,7 +128,7 @@ func New(client *taskling.Client) *Metrics {
 	m.registry = prometheus.NewRegistry()
 	m.registry.MustRegister(m)
 	name := func(app, task string) string { return app + "/" + task }
-	client.AddHooks(taskling.Hooks{
+	m.hooks = taskling.Hooks{
 		AcquireDone: func(app, task string, took time.Duration) {
 			m.acquireSeconds.WithLabelValues(name(app, task)).Observe(took.Seconds())
 		},
@@ -120,7 +147,17 @@ func New(client *taskling.Client) *Metrics {
 				}
 			}
 		},
-	})
+		Waited: func(app, task string, took time.Duration) {
+			m.waitSeconds.WithLabelValues(name(app, task)).Observe(took.Seconds())
+		},
+		SubmissionWaited: func(app, task string, took time.Duration) {
+			m.subWaitSeconds.WithLabelValues(name(app, task)).Observe(took.Seconds())
+		},
+		Ended: func(app, task string, outcome taskling.Outcome, took time.Duration) {
+			m.runSeconds.WithLabelValues(name(app, task), string(outcome)).Observe(took.Seconds())
+		},
+	}
+	client.AddHooks(m.hooks)
 	return m
 }
 
@@ -129,7 +166,8 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
 
 // counted are the metrics that count what this process did.
 func (m *Metrics) counted() []prometheus.Collector {
-	return []prometheus.Collector{m.grants, m.denials, m.reclaims, m.leaseLosses, m.heartbeatFailures, m.cleanupRows, m.acquireSeconds, m.scrapeErrors}
+	return []prometheus.Collector{m.grants, m.denials, m.reclaims, m.leaseLosses, m.heartbeatFailures, m.cleanupRows, m.acquireSeconds,
+		m.waitSeconds, m.subWaitSeconds, m.runSeconds, m.scrapeErrors}
 }
 
 // Describe implements prometheus.Collector.
@@ -144,6 +182,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.disagreement
 	ch <- m.blocks
 	ch <- m.blocksAtLimit
+	ch <- m.submissions
 }
 
 // Collect implements prometheus.Collector. It reads the slot and block gauges from the database
@@ -184,6 +223,13 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		for name, n := range atLimit {
 			ch <- prometheus.MustNewConstMetric(m.blocksAtLimit, prometheus.GaugeValue, float64(n), name)
+		}
+	}
+	if counts, err := m.client.SubmissionCounts(ctx); err != nil {
+		failed = true
+	} else {
+		for _, c := range counts {
+			ch <- prometheus.MustNewConstMetric(m.submissions, prometheus.GaugeValue, float64(c.Submissions), c.Application+"/"+c.Task, string(c.Status))
 		}
 	}
 	if failed {

@@ -29,7 +29,7 @@ var rooms = []struct {
 	{"the feature stores", []string{"internal/store/blockstore", "internal/store/submitstore", "internal/store/schedulestore",
 		"internal/store/historystore", "internal/store/adminstore"}},
 	{"the library", []string{"taskling"}},
-	{"integrations of the library", []string{"taskling/tasklingprom", "taskling/settingsfile"}},
+	{"integrations of the library", []string{"taskling/tasklingprom", "taskling/tasklingotel", "taskling/settingsfile"}},
 	{"the HTTP API", []string{"internal/httpapi"}},
 	{"the dashboard", []string{"dashboard"}},
 	{"the CLI", []string{"cmd/taskling"}},
@@ -55,6 +55,11 @@ func roomOf(pkg string) int {
 // imports reads the module's packages (not integration_test, its own module) and the project
 // packages each imports in its non-test files.
 func imports(t *testing.T, root string) map[string][]string {
+	return importsWithPrefix(t, root, module+"/")
+}
+
+// importsWithPrefix is imports for the imports that start with prefix (cut off).
+func importsWithPrefix(t *testing.T, root, prefix string) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -88,7 +93,7 @@ func imports(t *testing.T, root string) map[string][]string {
 			if err != nil {
 				return err
 			}
-			if dep, ok := strings.CutPrefix(p, module+"/"); ok {
+			if dep, ok := strings.CutPrefix(p, prefix); ok {
 				out[pkg] = append(out[pkg], dep)
 			}
 		}
@@ -116,6 +121,37 @@ func TestImportsFollowTheLayers(t *testing.T) {
 	}
 	for _, v := range violations(pkgs) {
 		t.Error(v)
+	}
+}
+
+// openTelemetryUsers are the packages that may link OpenTelemetry: its integration, the tools and
+// the examples. The core links none of it (issue 28): what tracing needs are its hooks.
+var openTelemetryUsers = []string{"taskling/tasklingotel", "internal/devtools/", "examples/"}
+
+// TestOnlyTheIntegrationLinksOpenTelemetry fails on a package of the library, the API, the
+// dashboard or the CLI that imports OpenTelemetry.
+func TestOnlyTheIntegrationLinksOpenTelemetry(t *testing.T) {
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := importsWithPrefix(t, root, "go.opentelemetry.io/")
+	found := false
+	for pkg, deps := range users {
+		if len(deps) == 0 {
+			continue
+		}
+		allowed := false
+		for _, u := range openTelemetryUsers {
+			allowed = allowed || pkg == strings.TrimSuffix(u, "/") || (strings.HasSuffix(u, "/") && strings.HasPrefix(pkg, u))
+		}
+		found = found || pkg == "taskling/tasklingotel"
+		if !allowed {
+			t.Errorf("%s imports go.opentelemetry.io/%s: only %v may link OpenTelemetry", pkg, deps[0], openTelemetryUsers)
+		}
+	}
+	if !found {
+		t.Error("taskling/tasklingotel imports no OpenTelemetry package: the walk is broken")
 	}
 }
 

@@ -85,8 +85,11 @@ import (
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/taskling/settingsfile"
+	"github.com/taskling-go/taskling/taskling/tasklingotel"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 var (
@@ -133,6 +136,9 @@ var (
 	_ = dashboard.NewHandler
 	_ = migrations.Up
 	_ = tasklingprom.New
+	_ = tasklingotel.New
+	_ = otlptracehttp.New
+	_ = sdktrace.NewTracerProvider
 	_ = prometheus.MustRegister
 	_ = settingsfile.Open
 	_ = time.Second

@@ -39,7 +39,11 @@ func (r *Report) targets() []bool {
 	for _, l := range r.Before.API {
 		out = append(out, l.Percentile(99) < TargetAPIP99)
 	}
-	return append(out, r.Ratio() <= TargetRatio, r.RowsPerSecond() >= TargetRowsPerSec)
+	out = append(out, r.Ratio() <= TargetRatio, r.RowsPerSecond() >= TargetRowsPerSec)
+	if r.Scrape != nil {
+		out = append(out, r.Scrape.Latencies.Percentile(50) <= TargetScrapeP50)
+	}
+	return out
 }
 
 // Print writes the report.
@@ -53,6 +57,18 @@ func (r *Report) Print(w io.Writer) {
 	}
 	r.printAcquire(w)
 	r.printCleanup(w)
+}
+
+func (r *Report) printScrape(w io.Writer) {
+	s := r.Scrape
+	if s == nil {
+		return
+	}
+	p50 := s.Latencies.Percentile(50)
+	fmt.Fprintf(w, "\nmetrics scrape (tasklingprom, %d series): %d tasks, %d submissions (seeded in %s), %d executions left\n",
+		s.Series, r.Seeded.Tasks, s.Submissions, s.Seed.Round(time.Millisecond), r.Seeded.Executions-r.Cleanup.Completed-r.Cleanup.Failed-r.Cleanup.Blocked)
+	fmt.Fprintf(w, "  ×%d: p50 %s, max %s   median ≤ %s: %s\n", len(s.Latencies), ms(p50), ms(s.Latencies.Percentile(100)),
+		TargetScrapeP50, verdict(p50 <= TargetScrapeP50))
 }
 
 func (r *Report) printReads(w io.Writer, when string, rd Reads, targets bool) {
@@ -112,5 +128,6 @@ func (r *Report) printCleanup(w io.Writer) {
 			fmt.Fprintf(w, "    %s\n", p)
 		}
 	}
+	r.printScrape(w)
 	fmt.Fprintf(w, "\ntargets missed: %d of %d\n", r.Misses(), len(r.targets()))
 }

@@ -30,6 +30,9 @@ type Options struct {
 	PauseEvery, Pause time.Duration
 	// ReadsAfter also measures the reads after the cleanup.
 	ReadsAfter bool
+	// Submissions are seeded after the cleanup (0: none, and no scrape is measured); Scrapes
+	// Prometheus scrapes are then timed.
+	Submissions, Scrapes int
 }
 
 // APIPaths are the tasks page requests measured: the default sort, busiest first, a search.
@@ -67,6 +70,8 @@ type Report struct {
 	// Autovacuum runs of those tables once the run ended (the dead rows of the cleanup start them
 	// while it runs, and they weigh on what runs then), and the dead rows they still hold.
 	Autovacuums, DeadRows int64
+	// Scrape is the metrics' scrape with the submissions seeded (nil without).
+	Scrape *Scrape
 }
 
 // CleanupActive is the cleanup's running time (pauses excluded).
@@ -195,6 +200,12 @@ func Run(ctx context.Context, dbURL string, o Options, logf func(format string, 
 			return nil, err
 		}
 		r.After = &after
+	}
+	if o.Submissions > 0 {
+		logf("seeding %d submissions, then timing %d scrapes of the metrics", o.Submissions, o.Scrapes)
+		if r.Scrape, err = measureScrape(ctx, e.fleet, e.fleetPool, o); err != nil {
+			return nil, err
+		}
 	}
 	err = e.fleetPool.QueryRow(ctx, `SELECT sum(autovacuum_count), sum(n_dead_tup) FROM pg_stat_user_tables
 WHERE schemaname = 'taskling' AND relname IN ('task_execution', 'execution_end', 'task_execution_event')`).Scan(&r.Autovacuums, &r.DeadRows)

@@ -27,7 +27,8 @@ func TestShortProfile(t *testing.T) {
 		LastCalls: 100, LastN: 20, APICalls: 20,
 		AcquireTasks: 2, PerTask: 2, Baseline: time.Second,
 		PauseEvery: 200 * time.Millisecond, Pause: 200 * time.Millisecond,
-		ReadsAfter: true,
+		ReadsAfter:  true,
+		Submissions: 5000, Scrapes: 3,
 	}
 	r, err := scale.Run(context.Background(), url, o, t.Logf)
 	require.NoError(t, err)
@@ -51,6 +52,9 @@ func TestShortProfile(t *testing.T) {
 	require.NotEmpty(t, r.AcquireBefore)
 	require.NotEmpty(t, r.AcquirePaused)
 	require.NotEmpty(t, r.AcquireDuring)
+	require.Len(t, r.Scrape.Latencies, 3)
+	require.GreaterOrEqual(t, r.Scrape.Submissions, int64(5000)*9/10, "a few land on no task (the skew's rounding): most do")
+	require.Positive(t, r.Scrape.Series)
 }
 
 // TestVerifyCatchesAWrongCleanup: the check fails when a protected execution is deleted, when an

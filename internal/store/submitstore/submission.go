@@ -41,6 +41,7 @@ type NewSubmission struct {
 	ReferenceValue *string
 	Header         []byte
 	MaxAttempts    int
+	Trace          tasklingtype.TraceContext // stored as NULL when empty
 }
 
 // insertSubmissionSQL adds a waiting submission and wakes the task's idle workers (on commit).
@@ -49,6 +50,17 @@ const insertSubmissionSQL = `
 WITH ins AS (
     INSERT INTO taskling.submission (task_id, priority, reference_value, header, max_attempts)
     VALUES ($1, $2, $3, $4::jsonb, $5)
+    ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify('taskling_slots', 's' || $1::text) IS NULL FROM ins`
+
+// insertTracedSubmissionSQL is insertSubmissionSQL with a trace context (migration 0021; a
+// submission without one names no column of it, as before).
+const insertTracedSubmissionSQL = `
+WITH ins AS (
+    INSERT INTO taskling.submission (task_id, priority, reference_value, header, max_attempts, traceparent, tracestate)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, NULLIF($7, ''))
     ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
     RETURNING id
 )
@@ -68,7 +80,12 @@ func InsertSubmission(ctx context.Context, q Querier, sub NewSubmission) (id int
 		header = string(sub.Header)
 	}
 	var ignored bool
-	err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
+	if sub.Trace.IsZero() {
+		err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
+	} else {
+		err = q.QueryRow(ctx, insertTracedSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts,
+			sub.Trace.Traceparent, sub.Trace.Tracestate).Scan(&id, &ignored)
+	}
 	if err == nil {
 		return id, false, nil
 	}
@@ -86,12 +103,27 @@ func InsertSubmission(ctx context.Context, q Querier, sub NewSubmission) (id int
 
 // ClaimedSubmission is a waiting submission a worker took, to wait for a slot for.
 type ClaimedSubmission struct {
-	ID          int64   `db:"id"`
-	Priority    int     `db:"priority"`
-	Reference   *string `db:"reference_value"`
-	Header      []byte  `db:"header"`
-	Attempts    int     `db:"attempts"`
-	MaxAttempts int     `db:"max_attempts"`
+	ID          int64     `db:"id"`
+	Priority    int       `db:"priority"`
+	Reference   *string   `db:"reference_value"`
+	Header      []byte    `db:"header"`
+	Attempts    int       `db:"attempts"`
+	MaxAttempts int       `db:"max_attempts"`
+	SubmittedAt time.Time `db:"submitted_at"` // on the database clock
+	Traceparent *string   `db:"traceparent"`
+	Tracestate  *string   `db:"tracestate"`
+}
+
+// Trace is the trace context stored with the submission.
+func (c ClaimedSubmission) Trace() tasklingtype.TraceContext {
+	var t tasklingtype.TraceContext
+	if c.Traceparent != nil {
+		t.Traceparent = *c.Traceparent
+	}
+	if c.Tracestate != nil {
+		t.Tracestate = *c.Tracestate
+	}
+	return t
 }
 
 // claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
@@ -109,7 +141,7 @@ WHERE s.id IN (
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts`
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate`
 
 // ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
 // queue order (none when there is none to claim).
@@ -215,7 +247,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -231,7 +263,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -249,7 +281,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -269,7 +301,7 @@ func scanSubmission(row pgx.CollectableRow) (tasklingtype.Submission, error) {
 	err := row.Scan(&x.ID, &x.Application, &x.Task, &status, &x.Position, &x.Priority, (*zeronull.Text)(&x.ReferenceValue),
 		&header, &x.Attempts, &x.MaxAttempts, (*zeronull.Int8)(&x.ExecutionID), (*zeronull.Int8)(&x.ItemsDone),
 		(*zeronull.Int8)(&x.ItemsTotal), (*zeronull.Text)(&x.LastError), &cancelRequested, (*zeronull.Text)(&x.CancelReason),
-		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt)
+		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt, (*zeronull.Text)(&x.Trace.Traceparent), (*zeronull.Text)(&x.Trace.Tracestate))
 	x.Status = tasklingtype.SubmissionStatus(codes.Name("submission_status", status))
 	if x.Status == "" {
 		x.Status = tasklingtype.SubmissionStatus(fmt.Sprintf("unknown(%d)", status))
@@ -365,4 +397,43 @@ func (s *Store) CancelSubmission(ctx context.Context, id int64, reason string, o
 		return 0, false, fmt.Errorf("cancel submission %d: %w", id, err)
 	}
 	return status, true, nil
+}
+
+// submissionCountsSQL counts every task's submissions by status, for the metrics' gauges: the
+// sums of taskling.submission_tally (migration 0021), which triggers keep as submissions change.
+const submissionCountsSQL = `
+SELECT d.application_name, d.task_name, c.status, c.n
+FROM (SELECT task_id, status, sum(n)::bigint AS n FROM taskling.submission_tally GROUP BY task_id, status HAVING sum(n) <> 0) c
+JOIN taskling.task_definition d ON d.id = c.task_id
+ORDER BY d.application_name, d.task_name, c.status`
+
+// CompactSubmissionTally replaces the tally's rows by their sums (one row per task and status),
+// unless another compaction runs: it returns the rows replaced, or -1 when it left it to the
+// other.
+func (s *Store) CompactSubmissionTally(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, `SELECT taskling.compact_submission_tally()`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("compact the submission tally: %w", err)
+	}
+	return n, nil
+}
+
+// SubmissionCounts counts every task's submissions by status (tasks without submissions are left
+// out).
+func (s *Store) SubmissionCounts(ctx context.Context) ([]tasklingtype.SubmissionCount, error) {
+	rows, err := s.db.Query(ctx, submissionCountsSQL)
+	if err != nil {
+		return nil, fmt.Errorf("count submissions: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.SubmissionCount, error) {
+		var c tasklingtype.SubmissionCount
+		var status int16
+		err := row.Scan(&c.Application, &c.Task, &status, &c.Submissions)
+		c.Status = tasklingtype.SubmissionStatus(codes.Name("submission_status", status))
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count submissions: %w", err)
+	}
+	return out, nil
 }

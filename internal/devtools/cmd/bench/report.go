@@ -117,6 +117,15 @@ func printTargets(t table, scenarios []scenario) {
 		ser, rc := t.get(kind, taskling.IsolationSerializable), t.get(kind, taskling.IsolationReadCommitted)
 		check(ser.median >= 0.9*rc.median, "SERIALIZABLE %.2f× READ COMMITTED: %s; target ≥ 0.9×", ser.median/rc.median, kind)
 	}
+	for _, iso := range isolations {
+		plain := t.get(oneTask16, iso)
+		for _, kind := range []string{tracedNoop, tracedMemory} {
+			if tr := t.get(kind, iso); tr.runs > 0 && plain.median > 0 {
+				check(tr.median >= 0.9*plain.median, "%s: %s: %.0f cycles/s = %.2f× untraced; target ≥ 0.9× (issue 28)",
+					isoName(iso), kind, tr.median, tr.median/plain.median)
+			}
+		}
+	}
 }
 
 func printHeartbeats(hb *heartbeatResult) {

@@ -6,9 +6,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/taskling-go/taskling/internal/devtools/bench"
 	"github.com/taskling-go/taskling/taskling"
+	"github.com/taskling-go/taskling/taskling/tasklingotel"
 )
 
 // scenario is one measured configuration at one isolation level.
@@ -30,6 +33,10 @@ const (
 	tasks64     = "64 goroutine(s), 64 task(s)"
 	processes   = "4 processes × 4 goroutines"
 	waiting     = "limit 4, 16 goroutines waiting"
+	// The cost of tracing (issue 28): oneTask16 traced by tasklingotel with the AlwaysOn sampler,
+	// its spans batched to an exporter that drops them, or to the SDK's in-memory exporter.
+	tracedNoop   = "16 goroutine(s), 1 task(s), traced, no-op exporter"
+	tracedMemory = "16 goroutine(s), 1 task(s), traced, batching in-memory exporter"
 )
 
 var isolations = []taskling.Isolation{taskling.IsolationSerializable, taskling.IsolationReadCommitted}
@@ -88,6 +95,8 @@ func allScenarios() []scenario {
 	add(floor64, 80, floor(64, true))
 	add(uncontended, 0, cycles(1, 1))
 	add(oneTask16, 0, cycles(16, 1))
+	add(tracedNoop, 0, traced(16, 1, func() sdktrace.SpanExporter { return noopExporter{} }))
+	add(tracedMemory, 0, traced(16, 1, func() sdktrace.SpanExporter { return tracetest.NewInMemoryExporter() }))
 	add(tasks64, 0, cycles(64, 64))
 	add(processes, 0, func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
 		return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
@@ -107,6 +116,32 @@ func allScenarios() []scenario {
 	})
 	return out
 }
+
+// traced is the cycles of g goroutines over tasks tasks, traced by tasklingotel (AlwaysOn) into a
+// batching span processor in front of the exporter made by exporter.
+func traced(g, tasks int, exporter func() sdktrace.SpanExporter) func(taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+	return func(iso taskling.Isolation) func(context.Context, *environment, *pgxpool.Pool) (bench.Result, error) {
+		return func(ctx context.Context, e *environment, pool *pgxpool.Pool) (bench.Result, error) {
+			client, err := taskling.NewClient(pool, &taskling.Config{HostName: "bench", Isolation: iso, Defaults: bench.Settings(g, tasks)})
+			if err != nil {
+				return bench.Result{}, err
+			}
+			defer client.Close()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+			defer func() { _ = tp.Shutdown(context.WithoutCancel(ctx)) }()
+			if _, err := tasklingotel.New(client, &tasklingotel.Options{TracerProvider: tp}); err != nil {
+				return bench.Result{}, err
+			}
+			return bench.Taskling(ctx, client, "bench", g, tasks, e.d)
+		}
+	}
+}
+
+// noopExporter drops the spans it is given.
+type noopExporter struct{}
+
+func (noopExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (noopExporter) Shutdown(context.Context) error                             { return nil }
 
 // ordered is the order of run r: every configuration in turn, its two isolation levels in an
 // order that alternates between runs.

@@ -1,7 +1,8 @@
 // Command scale is issue 13's benchmark at scale: in a fresh database it seeds 1 M executions over
 // 1 000 tasks (generate_series), measures LastExecutions and the tasks page API, then the acquire
 // latency without and while a cleanup of every task deletes the history past retention, and
-// checks that the cleanup deleted exactly that. Timing targets print PASS or MISS; the exit
+// checks that the cleanup deleted exactly that; then it seeds 1 M submissions and times 20
+// Prometheus scrapes of the metrics (issue 28). Timing targets print PASS or MISS; the exit
 // status is non-zero only when the cleanup deleted something it must keep, or nothing at all,
 // or the run failed. `make scale` runs it against the private cluster or TASKLING_DATABASE_URL.
 package main
@@ -36,6 +37,8 @@ func main() {
 	flag.DurationVar(&o.PauseEvery, "pause-every", 2*time.Second, "pause the cleanup once every this much running (0: never)")
 	flag.DurationVar(&o.Pause, "pause", 2*time.Second, "length of each pause")
 	flag.BoolVar(&o.ReadsAfter, "reads-after", true, "measure the reads again after the cleanup")
+	flag.IntVar(&o.Submissions, "submissions", 1_000_000, "submissions seeded after the cleanup, for the metrics scrape (0: no scrape)")
+	flag.IntVar(&o.Scrapes, "scrapes", 20, "Prometheus scrapes timed (tasklingprom, every task and submission)")
 	seedOnly := flag.Bool("seed-only", false, "only seed a new database, and keep it (its URL is printed; drop it yourself)")
 	flag.Parse()
 	log.SetFlags(0)
