@@ -15,6 +15,7 @@ type startReq struct {
 	claim      *execution.ScheduleClaim
 	instant    time.Time
 	submission int64
+	options    string // the options' type, for errors ("StartOptions", "SubmitOptions", …)
 }
 
 // run serves r once.

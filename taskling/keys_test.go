@@ -1,0 +1,114 @@
+package taskling_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/taskling"
+)
+
+func withKeys(limit, keyLimit int, keys map[string]taskling.KeySettings) *taskling.Config {
+	cfg := withLimit(limit)
+	cfg.Defaults.KeyLimit = keyLimit
+	cfg.Defaults.Keys = keys
+	return cfg
+}
+
+func TestAKeyAtItsLimitIsRefusedWhileOtherKeysStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(5, 2, map[string]taskling.KeySettings{"acme": {Limit: 3}}))
+	for range 2 {
+		b.start(t, &taskling.StartOptions{Key: "globex"})
+	}
+	err := b.denied(t, &taskling.StartOptions{Key: "globex"})
+	require.ErrorIs(t, err, taskling.ErrKeyLimitReached)
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	require.ErrorContains(t, err, `key "globex" is at its limit 2`)
+	for range 3 {
+		b.start(t, &taskling.StartOptions{Key: "acme"}) // a named key's own limit
+	}
+	err = b.denied(t, &taskling.StartOptions{Key: "initech"})
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	require.NotErrorIs(t, err, taskling.ErrKeyLimitReached, "the task's 5 slots are held: the task's limit refused it")
+}
+
+func TestACostTakesItsSlotsTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(4))
+	big := b.start(t, &taskling.StartOptions{Cost: 3})
+	b.start(t, nil)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached, "3 + 1 of 4 are held")
+	require.NoError(t, big.Complete(b.ctx))
+	b.start(t, &taskling.StartOptions{Cost: 2})
+	b.start(t, nil)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrLimitReached)
+	err := b.denied(t, &taskling.StartOptions{Cost: 5})
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument)
+	require.ErrorContains(t, err, "StartOptions.Cost is 5; above the task's limit 4")
+}
+
+func TestTheEmptyKeyIsAKeyUnderAKeyLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(5, 1, nil))
+	b.start(t, nil)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrKeyLimitReached)
+	b.start(t, &taskling.StartOptions{Key: "other"})
+}
+
+func TestKeyedWaitersTakeTurnsAcrossKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(1, 0, nil))
+	holder := b.start(t, &taskling.StartOptions{Key: "a"})
+	type got struct {
+		key string
+		e   *taskling.Execution
+	}
+	grants := make(chan got, 10)
+	wait := func(key string) {
+		go func() {
+			e, err := b.client.StartExecution(b.ctx, b.app, b.task, &taskling.StartOptions{Key: key, WaitForSlot: true})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			grants <- got{key, e}
+		}()
+	}
+	for range 3 { // a's queue first
+		wait("a")
+		time.Sleep(30 * time.Millisecond)
+	}
+	wait("b")
+	time.Sleep(30 * time.Millisecond)
+	wait("c")
+	time.Sleep(50 * time.Millisecond)
+	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM taskling.key_ticket`), "keyed waiters queue outside the task row")
+	require.NoError(t, holder.Complete(b.ctx))
+	var order []string
+	for range 5 {
+		select {
+		case g := <-grants:
+			order = append(order, g.key)
+			require.NoError(t, g.e.Complete(b.ctx))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiters stalled after %v", order)
+		}
+	}
+	// a waited first, so it goes first; then b and c, which were served less, before a's second.
+	require.Equal(t, []string{"a", "b", "c", "a", "a"}, order)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.task_key`), "a key's row goes with its last waiter and holder")
+}
+
+func TestKeyedStartUnderAHeavyKeyDoesNotIdleTheTask(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(3, 1, nil))
+	b.start(t, &taskling.StartOptions{Key: "a"})
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := b.client.StartExecution(ctx, b.app, b.task, &taskling.StartOptions{Key: "a", WaitForSlot: true})
+	require.ErrorIs(t, err, taskling.ErrKeyLimitReached, "a waits for its key")
+	b.start(t, &taskling.StartOptions{Key: "b"}) // not behind a's waiter
+}
