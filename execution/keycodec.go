@@ -121,3 +121,25 @@ func decodeKey(h string) (string, error) {
 	}
 	return string(b), nil
 }
+
+// KeyUsage is the cost in use per key as a task row lists its holders (holders, key_holders):
+// every holder counts, live or not (a view, not a grant decision).
+func KeyUsage(holders, keyHolders string) (map[string]int, error) {
+	terms, err := parseTerms(holders)
+	if err != nil {
+		return nil, err
+	}
+	holds, err := parseKeyHolders(keyHolders)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]int{}
+	for _, t := range terms {
+		h, ok := holds[t.exec]
+		if !ok {
+			h = keyHold{cost: 1}
+		}
+		used[h.key] += h.cost
+	}
+	return used, nil
+}

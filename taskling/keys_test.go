@@ -2,6 +2,7 @@ package taskling_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,4 +112,64 @@ func TestKeyedStartUnderAHeavyKeyDoesNotIdleTheTask(t *testing.T) {
 	_, err := b.client.StartExecution(ctx, b.app, b.task, &taskling.StartOptions{Key: "a", WaitForSlot: true})
 	require.ErrorIs(t, err, taskling.ErrKeyLimitReached, "a waits for its key")
 	b.start(t, &taskling.StartOptions{Key: "b"}) // not behind a's waiter
+}
+
+// TestWorkClaimsOnlySubmissionsWhoseKeyHasRoom is rule 3: with a key at its limit, workers claim
+// the other keys' submissions instead of sitting on claims for the full one, and a key's refusal
+// costs its submissions no attempt.
+func TestWorkClaimsOnlySubmissionsWhoseKeyHasRoom(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(4, 1, map[string]taskling.KeySettings{"b": {Limit: 2}}))
+	var subs []int64
+	for range 4 {
+		id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: "a"})
+		require.NoError(t, err)
+		subs = append(subs, id)
+	}
+	last, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: "b", Cost: 2})
+	require.NoError(t, err)
+	release := make(chan struct{})
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	var mu sync.Mutex
+	running := map[string]int{}
+	most := map[string]int{}
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		mu.Lock()
+		running[e.Key()] += e.Cost()
+		most[e.Key()] = max(most[e.Key()], running[e.Key()])
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running[e.Key()] -= e.Cost()
+		mu.Unlock()
+		return nil
+	}, &taskling.WorkOptions{Workers: 4})
+	t.Cleanup(done)                                      // before Work's own cleanup waits for the runs
+	b.waitStatus(t, last, taskling.SubmissionInProgress) // b's run is not held up behind a's queue
+	time.Sleep(300 * time.Millisecond)                   // the idle workers try to claim meanwhile
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.submission WHERE key = 'a' AND status = 1 AND claimed_by IS NOT NULL`),
+		"no worker sits on a claim for the full key a")
+	done()
+	for _, id := range subs {
+		sub := b.waitStatus(t, id, taskling.SubmissionCompleted)
+		require.Equal(t, 1, sub.Attempts, "a key's refusal spends no attempt")
+		require.Equal(t, "a", sub.Key)
+		require.Equal(t, 1, sub.Cost)
+	}
+	require.Equal(t, 2, b.waitStatus(t, last, taskling.SubmissionCompleted).Cost)
+	require.Equal(t, map[string]int{"a": 1, "b": 2}, most)
+}
+
+// TestASubmissionCostlierThanItsKeysLimitEndsDeadNamingTheCost: Work claims it like any other (it
+// is not passed over forever), and each attempt is refused naming SubmitOptions.Cost.
+func TestASubmissionCostlierThanItsKeysLimitEndsDeadNamingTheCost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(4, 1, nil))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: "a", Cost: 2, MaxAttempts: 2})
+	require.NoError(t, err)
+	b.work(t, b.client, func(context.Context, *taskling.Execution) error { return nil }, nil)
+	sub := b.waitStatus(t, id, taskling.SubmissionDead)
+	require.Equal(t, 2, sub.Attempts)
+	require.Contains(t, sub.LastError, `SubmitOptions.Cost is 2; above the limit 1 of key "a"`)
 }

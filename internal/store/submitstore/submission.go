@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -41,6 +42,8 @@ type NewSubmission struct {
 	ReferenceValue *string
 	Header         []byte
 	MaxAttempts    int
+	Key            string
+	Cost           int // 1 or more
 }
 
 // insertSubmissionSQL adds a waiting submission and wakes the task's idle workers (on commit).
@@ -49,6 +52,17 @@ const insertSubmissionSQL = `
 WITH ins AS (
     INSERT INTO taskling.submission (task_id, priority, reference_value, header, max_attempts)
     VALUES ($1, $2, $3, $4::jsonb, $5)
+    ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify('taskling_slots', 's' || $1::text) IS NULL FROM ins`
+
+// insertKeyedSubmissionSQL is insertSubmissionSQL for a submission with a key or a cost ($6, $7:
+// migration 0021).
+const insertKeyedSubmissionSQL = `
+WITH ins AS (
+    INSERT INTO taskling.submission (task_id, priority, reference_value, header, max_attempts, key, cost)
+    VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7)
     ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
     RETURNING id
 )
@@ -68,7 +82,12 @@ func InsertSubmission(ctx context.Context, q Querier, sub NewSubmission) (id int
 		header = string(sub.Header)
 	}
 	var ignored bool
-	err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
+	if sub.Key == "" && sub.Cost <= 1 { // a schema before 0021 takes it too
+		err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
+	} else {
+		err = q.QueryRow(ctx, insertKeyedSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts,
+			sub.Key, sub.Cost).Scan(&id, &ignored)
+	}
 	if err == nil {
 		return id, false, nil
 	}
@@ -92,11 +111,14 @@ type ClaimedSubmission struct {
 	Header      []byte  `db:"header"`
 	Attempts    int     `db:"attempts"`
 	MaxAttempts int     `db:"max_attempts"`
+	Key         string  `db:"key"`
+	Cost        int     `db:"cost"`
 }
 
 // claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
-// has claimed: a claim lapses once its worker's session is silent for longer than the claim's
-// threshold (on the database clock), as a waiter's ticket does.
+// has claimed, whose key is not one of $5 (keys with no room): a claim lapses once its worker's
+// session is silent for longer than the claim's threshold (on the database clock), as a waiter's
+// ticket does.
 const claimSubmissionsSQL = `
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
@@ -106,16 +128,78 @@ WHERE s.id IN (
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
+      AND c.key <> ALL($5::text[])
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts`
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.key, s.cost`
+
+// keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
+// operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
+const keyRoomSQL = `
+SELECT d.holders, d.key_holders, d.key_limit, d.key_overrides,
+    coalesce((SELECT array_agg(c.key) FROM taskling.submission c
+              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+                AND EXISTS (SELECT 1 FROM taskling.session w
+                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}'),
+    coalesce((SELECT array_agg(c.cost) FROM taskling.submission c
+              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+                AND EXISTS (SELECT 1 FROM taskling.session w
+                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}')
+FROM taskling.task_definition d WHERE d.id = $1`
+
+// keyRooms reads how much each key of the task may still take: its limit, in force over declared,
+// minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
+// room(key) also says the key's limit (0: none); busy are the keys with something in use or claimed:
+// only those can be full.
+func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), busy []string, err error) {
+	var holders, keyHolders, overrides string
+	var keyLimit *int
+	var claimedKeys []string
+	var claimedCosts []int32
+	if err := s.db.QueryRow(ctx, keyRoomSQL, taskID).Scan(&holders, &keyHolders, &keyLimit, &overrides, &claimedKeys, &claimedCosts); err != nil {
+		return nil, nil, err
+	}
+	used, err := execution.KeyUsage(holders, keyHolders)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, k := range claimedKeys {
+		used[k] += int(claimedCosts[i])
+	}
+	o := execution.Overrides{KeyLimit: keyLimit}
+	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
+		return nil, nil, err
+	}
+	return func(key string) (int, int) {
+		l, _ := execution.KeyLimitOf(key, declared, o)
+		if l <= 0 {
+			return unlimitedRoom, 0
+		}
+		return l - used[key], l
+	}, slices.Sorted(maps.Keys(used)), nil
+}
+
+const unlimitedRoom = 1 << 30
 
 // ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
-// queue order (none when there is none to claim).
-func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int) ([]ClaimedSubmission, error) {
+// queue order (none when there is none to claim), of keys that have room now (their limits as
+// declared, under the operator's overrides): a key with no room is passed over, and a batch never
+// claims more of a key than its room (those past it are given back). It returns the
+// submissions claimed.
+func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
+	room, busy, err := s.keyRooms(ctx, taskID, declared)
+	if err != nil {
+		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
+	}
+	full := []string{}
+	for _, k := range busy {
+		if r, _ := room(k); r <= 0 {
+			full = append(full, k)
+		}
+	}
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full); err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
 	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
@@ -124,7 +208,20 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return out, nil
+	taken := map[string]int{}
+	kept := out[:0]
+	for _, sub := range out {
+		// A cost above its key's limit is kept: its start refuses it, and that costs an attempt.
+		if r, limit := room(sub.Key); limit > 0 && sub.Cost <= limit && taken[sub.Key]+sub.Cost > r {
+			if err := s.UnclaimSubmission(ctx, sub.ID, session); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		taken[sub.Key] += sub.Cost
+		kept = append(kept, sub)
+	}
+	return kept, nil
 }
 
 // UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
@@ -215,7 +312,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -231,7 +328,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -249,7 +346,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -269,7 +366,7 @@ func scanSubmission(row pgx.CollectableRow) (tasklingtype.Submission, error) {
 	err := row.Scan(&x.ID, &x.Application, &x.Task, &status, &x.Position, &x.Priority, (*zeronull.Text)(&x.ReferenceValue),
 		&header, &x.Attempts, &x.MaxAttempts, (*zeronull.Int8)(&x.ExecutionID), (*zeronull.Int8)(&x.ItemsDone),
 		(*zeronull.Int8)(&x.ItemsTotal), (*zeronull.Text)(&x.LastError), &cancelRequested, (*zeronull.Text)(&x.CancelReason),
-		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt)
+		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt, &x.Key, &x.Cost)
 	x.Status = tasklingtype.SubmissionStatus(codes.Name("submission_status", status))
 	if x.Status == "" {
 		x.Status = tasklingtype.SubmissionStatus(fmt.Sprintf("unknown(%d)", status))
