@@ -64,6 +64,15 @@ func checkKeyLimit(field string, limit int, in string) error {
 	return nil
 }
 
+// CheckNamedKeyLimit checks a named key's limit: 1 to MaxConcurrencyLimit; in says where it came
+// from ("operator override").
+func CheckNamedKeyLimit(field string, limit int, in string) error {
+	if limit < 1 || limit > MaxConcurrencyLimit {
+		return invalid(field, "%s (%s) is %d; want 1 to %d", field, in, limit, MaxConcurrencyLimit)
+	}
+	return nil
+}
+
 // checkMin checks that a duration setting is at least min.
 func checkMin(field, in string, d, min time.Duration) error {
 	if d < min {

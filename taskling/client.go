@@ -413,6 +413,18 @@ func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
 	return c.As(Operator{}).ClearOverrides(ctx, app, task)
 }
 
+// UpdateKeySettings stores an operator's override of a named key's settings (see
+// Operations.UpdateKeySettings), recorded as made by "library@" and this client's host name.
+func (c *Client) UpdateKeySettings(ctx context.Context, app, task, key string, update KeySettingsUpdate) error {
+	return c.As(Operator{}).UpdateKeySettings(ctx, app, task, key, update)
+}
+
+// ClearKeyOverrides removes the operator's overrides of a named key (see
+// Operations.ClearKeyOverrides), recorded as made by "library@" and this client's host name.
+func (c *Client) ClearKeyOverrides(ctx context.Context, app, task, key string) error {
+	return c.As(Operator{}).ClearKeyOverrides(ctx, app, task, key)
+}
+
 // ClearOverridesBy is ClearOverrides recorded as made by the operator named by ("" means
 // "library@" and this client's host name).
 //

@@ -173,3 +173,69 @@ func TestASubmissionCostlierThanItsKeysLimitEndsDeadNamingTheCost(t *testing.T) 
 	require.Equal(t, 2, sub.Attempts)
 	require.Contains(t, sub.LastError, `SubmitOptions.Cost is 2; above the limit 1 of key "a"`)
 }
+
+// TestOperatorOverridesOfKeysWinAndAreRecorded: the override of KeyLimit and of a named key win
+// over every host's declaration at the next start, are shown with their sources, recorded in the
+// audit trail, and cleared with the other overrides; raising a key's limit admits its waiter at
+// once.
+func TestOperatorOverridesOfKeysWinAndAreRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(10, 1, map[string]taskling.KeySettings{"acme": {Limit: 2}}))
+	b.start(t, &taskling.StartOptions{Key: "acme"})
+	b.start(t, &taskling.StartOptions{Key: "acme"})
+	waiting := make(chan error, 1)
+	go func() {
+		e, err := b.client.StartExecution(b.ctx, b.app, b.task, &taskling.StartOptions{Key: "acme", WaitForSlot: true})
+		if err == nil {
+			err = e.Complete(b.ctx)
+		}
+		waiting <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	five, three := 5, 3
+	ops := b.client.As(taskling.Operator{Name: "alice"})
+	require.NoError(t, ops.UpdateKeySettings(b.ctx, b.app, b.task, "acme", taskling.KeySettingsUpdate{Limit: &five}))
+	select {
+	case err := <-waiting:
+		require.NoError(t, err, "a raised key limit admits its waiter at once")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not admitted")
+	}
+	require.NoError(t, ops.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{KeyLimit: &three}))
+	for range 3 {
+		b.start(t, &taskling.StartOptions{Key: "globex"}) // 3, not the declared 1
+	}
+	require.ErrorIs(t, b.denied(t, &taskling.StartOptions{Key: "globex"}), taskling.ErrKeyLimitReached)
+
+	info, err := b.client.Task(b.ctx, b.app, b.task)
+	require.NoError(t, err)
+	require.Equal(t, 3, info.KeyLimit)
+	require.Equal(t, taskling.LimitSourceOverride, info.KeyLimitSource)
+	require.Equal(t, 3, *info.Overrides.KeyLimit)
+	keys := map[string]taskling.KeyInfo{}
+	for _, k := range info.Keys {
+		keys[k.Key] = k
+	}
+	require.Equal(t, taskling.KeyInfo{Key: "acme", Holders: 2, CostInUse: 2, Limit: 5, LimitSource: taskling.KeySourceOverride}, keys["acme"])
+	require.Equal(t, taskling.KeyInfo{Key: "globex", Holders: 3, CostInUse: 3, Limit: 3, LimitSource: taskling.KeySourceKeyLimitOverride}, keys["globex"])
+	require.Equal(t, "globex", info.Keys[0].Key, "the busiest key first")
+
+	require.NoError(t, ops.ClearOverrides(b.ctx, b.app, b.task))
+	page, err := b.client.TaskChanges(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	var got []string
+	for _, c := range page.Changes {
+		text := func(p *string) string {
+			if p == nil {
+				return ""
+			}
+			return *p
+		}
+		got = append(got, c.Field+":"+text(c.Old)+">"+text(c.New))
+	}
+	require.ElementsMatch(t, []string{"key_limit[acme]:>5", "key_limit:>3", "key_limit:3>", "key_limit[acme]:5>"}, got)
+	info, err = b.client.Task(b.ctx, b.app, b.task)
+	require.NoError(t, err)
+	require.Equal(t, taskling.LimitSourceDeclared, info.KeyLimitSource)
+	require.Equal(t, 1, info.KeyLimit)
+}

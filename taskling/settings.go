@@ -298,6 +298,7 @@ func retentionOverrides(u SettingsUpdate) execution.RetentionOverrides {
 // overrides are u's other settings as the store takes them.
 func overrides(u SettingsUpdate) execution.Overrides {
 	o := execution.Overrides{
+		KeyLimit:                u.KeyLimit,
 		ConcurrencyLimit:        u.ConcurrencyLimit,
 		Enabled:                 u.Enabled,
 		KeepAliveInterval:       u.KeepAliveInterval,

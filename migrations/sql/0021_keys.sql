@@ -223,4 +223,84 @@ ALTER TABLE taskling.schedule
     ADD COLUMN key text NOT NULL DEFAULT '',
     ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 10000);
 
+-- live_key_tickets lists the live keyed tickets of task $1 (alive while their session's
+-- heartbeat, or their queueing, is within their threshold), with their waiters' hosts.
+CREATE FUNCTION taskling.live_key_tickets(task bigint)
+RETURNS TABLE (ticket bigint, key text, cost integer, priority integer, host text, queued timestamptz)
+LANGUAGE sql VOLATILE AS $$
+SELECT x.id, x.key, x.cost, x.priority, coalesce(s.host_name, ''), timestamptz 'epoch' + x.queued_us * interval '1 microsecond'
+FROM taskling.key_ticket x
+LEFT JOIN taskling.session s ON s.id = x.session_id
+WHERE x.stripe = task % 64 AND x.task_id = task
+  AND clock_timestamp() - greatest(timestamptz 'epoch' + x.queued_us * interval '1 microsecond', s.last_heartbeat)
+      <= x.threshold_us * interval '1 microsecond'
+$$;
+
+-- key_holders lists the executions a task row's holders column names with their keys and costs
+-- (key_holders; every other holder is key '', cost 1).
+CREATE FUNCTION taskling.key_holders(holders text, key_holders text)
+RETURNS TABLE (exec bigint, key text, cost integer)
+LANGUAGE sql IMMUTABLE AS $$
+SELECT h.exec, coalesce(k.key, ''), coalesce(k.cost, 1)
+FROM (SELECT (regexp_match(t, 'E:([0-9]+)'))[1]::bigint AS exec
+      FROM unnest(string_to_array(nullif(holders, ''), '|')) AS t) h
+LEFT JOIN (SELECT (regexp_match(t, 'E:([0-9]+)'))[1]::bigint AS exec,
+                  convert_from(decode((regexp_match(t, 'K:([0-9a-f]*)'))[1], 'hex'), 'UTF8') AS key,
+                  (regexp_match(t, 'C:([0-9]+)'))[1]::integer AS cost
+           FROM unnest(string_to_array(nullif(key_holders, ''), '|')) AS t) k ON k.exec = h.exec
+$$;
+
+-- The views of the task lists count keyed waiters with the row's, and task_summary adds what
+-- the row holds of keys and how many keys have waiters.
+CREATE OR REPLACE VIEW taskling.task_state AS
+SELECT d.id, d.application_name, d.task_name, k.used::integer AS used, k.total AS total,
+    (w.waiting + kw.waiting)::integer AS waiting, k.total > 0 AND k.used >= k.total AS at_limit, d.retired_at IS NOT NULL AS retired
+FROM taskling.task_definition d
+CROSS JOIN LATERAL taskling.task_slots(d) k
+CROSS JOIN LATERAL (SELECT count(*) AS waiting FROM taskling.live_tickets(d.queue)) w
+CROSS JOIN LATERAL (SELECT count(*) AS waiting FROM taskling.live_key_tickets(d.id) WHERE d.key_waiting > 0) kw;
+
+CREATE OR REPLACE VIEW taskling.task_summary AS
+SELECT d.id, d.application_name, d.task_name, d.tokens, d.fence,
+    d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
+    d.override_threshold, d.overrides_updated_at, d.declared_limit, d.declared_by,
+    dd.other_limit, dd.other_host, dd.at AS dispute_at,
+    coalesce(h.ids, '{}') AS holder_ids, coalesce(h.alive, '{}') AS holder_alive,
+    l.id AS last_id, l.status AS last_status, l.started_at AS last_started_at, w.waiting + kw.waiting AS waiting,
+    least(w.oldest, kw.oldest) AS oldest,
+    d.retired_at, d.retired_by, d.retired_enabled, sc.task_id IS NOT NULL AS has_schedule,
+    sc.retired_at AS schedule_retired_at, sc.retired_by AS schedule_retired_by,
+    td.enabled AS declared_enabled, td.death_mode AS declared_death_mode, td.keep_alive_interval AS declared_interval,
+    td.keep_alive_death_threshold AS declared_threshold, td.override_threshold AS declared_override_threshold,
+    td.declared_by AS declaration_by, td.declared_at AS declaration_at,
+    d.holders, d.key_holders, d.key_limit, d.key_overrides, d.declared_key_limit, d.declared_keys, kw.keys AS keys_waiting
+FROM taskling.task_definition d
+LEFT JOIN taskling.schedule sc ON sc.task_id = d.id
+LEFT JOIN taskling.task_declaration td ON td.task_id = d.id
+LEFT JOIN taskling.declaration_dispute dd ON dd.task_id = d.id AND clock_timestamp() - dd.at < interval '10 minutes'
+LEFT JOIN LATERAL (
+    SELECT count(*) AS waiting, min(q.queued) AS oldest FROM taskling.live_tickets(d.queue) q
+) w ON true
+LEFT JOIN LATERAL (
+    SELECT count(*) AS waiting, min(q.queued) AS oldest, count(DISTINCT q.key) AS keys
+    FROM taskling.live_key_tickets(d.id) q WHERE d.key_waiting > 0
+) kw ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(e.id ORDER BY e.id) AS ids,
+           array_agg(taskling.execution_status(e, x, s.last_heartbeat) = 'in_progress' ORDER BY e.id) AS alive
+    FROM taskling.task_execution e
+    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    LEFT JOIN taskling.session s ON s.id = e.session_id
+    WHERE e.id IN (SELECT m[1]::bigint FROM regexp_matches(d.tokens || '|' || d.holders, '(?:G|E):([0-9]+)', 'g') m)
+) h ON true
+LEFT JOIN LATERAL (
+    SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at
+    FROM taskling.task_execution e
+    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    LEFT JOIN taskling.session s ON s.id = e.session_id
+    WHERE e.task_id = d.id
+    ORDER BY e.started_at DESC, e.id DESC
+    LIMIT 1
+) l ON true;
+
 UPDATE taskling.protocol SET version = 6, changed_at = clock_timestamp();
