@@ -290,7 +290,7 @@ type keyColumns struct {
 }
 
 // taskKeysSQL reads task $1's keys: by key, its live holders and their cost (key_holders: every
-// other holder is key '', cost 1), and its live waiters (the row's queue counts as key '').
+// other holder is key ”, cost 1), and its live waiters (the row's queue counts as key ”).
 const taskKeysSQL = `
 WITH d AS (SELECT * FROM taskling.task_definition WHERE id = $1),
 h AS (
