@@ -315,7 +315,8 @@ FROM h FULL JOIN w ON w.key = h.key`
 const keyLimitsSQL = `SELECT key_limit, key_overrides, declared_key_limit, declared_keys FROM taskling.task_definition WHERE id = $1`
 
 // TaskKeys returns a task's busiest keys (most cost in use, then most waiters) and its named
-// keys, each with its limit in force and where it comes from, at most max, and how many there are.
+// keys, each with its limit in force and where it comes from, at most max, and how many there are;
+// none for a task that has no keys (only key "", and no key limit).
 func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]tasklingtype.KeyInfo, int, error) {
 	var o execution.Overrides
 	var overrides, declared string
@@ -356,6 +357,9 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 				byKey[k] = &tasklingtype.KeyInfo{Key: k}
 			}
 		}
+	}
+	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil {
+		return nil, 0, nil // a task without keys: its holders and waiters are the task's own
 	}
 	out := make([]tasklingtype.KeyInfo, 0, len(byKey))
 	for _, k := range byKey {
