@@ -67,3 +67,24 @@ func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestTaskPageShowsTheKeysAndAKeyForm: the dashboard's task page gives the key limit in force,
+// the keys with their holders, cost in use, waiters, limits and sources, each execution's key and
+// cost, and (to an operator) the form that overrides a key's limit.
+func TestTaskPageShowsTheKeysAndAKeyForm(t *testing.T) {
+	t.Parallel()
+	s := fast
+	s.ConcurrencyLimit, s.KeyLimit = 4, 2
+	b := setupWith(t, s, nil)
+	e, err := b.client.StartExecution(b.ctx, "app", "export", &taskling.StartOptions{Key: "acme", Cost: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Complete(b.ctx) })
+	status, page := b.do(t, "GET", "/tasks/app/export", token, "")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, `id="key-limit">2 (declared); 0 keys waiting`)
+	require.Contains(t, page, `<tr class="key-row" data-key="acme">`)
+	require.Contains(t, page, `key acme ×2`)
+	require.Contains(t, page, `id="key-form"`)
+	_, public := b.do(t, "GET", "/tasks/app/export", "", "")
+	require.NotContains(t, public, `id="key-form"`, "no form for a reader")
+}
