@@ -239,3 +239,24 @@ func TestOperatorOverridesOfKeysWinAndAreRecorded(t *testing.T) {
 	require.Equal(t, taskling.LimitSourceDeclared, info.KeyLimitSource)
 	require.Equal(t, 1, info.KeyLimit)
 }
+
+// TestAScheduledRunRefusedByItsKeyFollowsItsOverlapPolicy: under OverlapSkip an on-time instant
+// whose key is at its limit is recorded Blocked, naming the key's limit.
+func TestAScheduledRunRefusedByItsKeyFollowsItsOverlapPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(3, 1, nil))
+	b.task = "cron"
+	b.start(t, &taskling.StartOptions{Key: "nightly"})
+	require.ErrorContains(t, b.client.Schedule(b.ctx, b.app, b.task, "* * * * * *", func(context.Context, *taskling.Execution) error { return nil },
+		&taskling.ScheduleOptions{Key: "nightly", Cost: -1, Settings: taskling.TaskSettings{ConcurrencyLimit: 3, KeyLimit: 1}}), "ScheduleOptions.Cost is -1")
+	require.NoError(t, b.client.Schedule(b.ctx, b.app, b.task, "* * * * * *", func(context.Context, *taskling.Execution) error { return nil },
+		&taskling.ScheduleOptions{Key: "nightly", Settings: taskling.TaskSettings{ConcurrencyLimit: 3, KeyLimit: 1}}))
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan error, 1)
+	go func() { done <- b.client.RunScheduler(ctx) }()
+	defer func() { cancel(); require.NoError(t, <-done) }()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE blocked AND scheduled_for IS NOT NULL AND key = 'nightly'
+			AND blocked_reason = 'its key''s limit reached'`) > 0
+	}, 10*time.Second, 50*time.Millisecond, "the instant is recorded Blocked by its key's limit")
+}

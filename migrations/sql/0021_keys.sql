@@ -18,11 +18,12 @@
 -- different tasks never make their transactions abort each other.
 --
 -- Task rows are never deleted (a task is retired), so the new tables have no foreign key: creating
--- one would lock task_definition while the partitions are made. Executions, submissions and
--- schedules record their key and cost. Binaries of protocol 5 refuse
--- to grant from now on (ErrUpgradeRequired); they still heartbeat and complete their executions,
--- which were granted without a key (their releases leave key_holders alone: a holder whose
--- term is gone no longer counts).
+-- one would lock task_definition while the partitions are made. Executions and submissions record
+-- their key and cost (a schedule's runs take theirs from the registering host's options).
+--
+-- Binaries of protocol 5 refuse to grant from now on (ErrUpgradeRequired); they still heartbeat
+-- and complete their executions, which were granted without a key (their releases leave
+-- key_holders alone: a holder whose term is gone no longer counts).
 
 CREATE TABLE taskling.task_key (
     stripe       smallint NOT NULL,
@@ -216,10 +217,6 @@ ALTER TABLE taskling.task_execution
     ADD COLUMN cost integer NOT NULL DEFAULT 1;
 
 ALTER TABLE taskling.submission
-    ADD COLUMN key text NOT NULL DEFAULT '',
-    ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 10000);
-
-ALTER TABLE taskling.schedule
     ADD COLUMN key text NOT NULL DEFAULT '',
     ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 10000);
 
