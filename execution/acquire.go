@@ -37,6 +37,8 @@ const (
 	DeniedLimit
 	DeniedDisabled
 	DeniedDuplicate
+	// DeniedKeyLimit: the start's key is at its limit (the task has room).
+	DeniedKeyLimit
 )
 
 // The operations of the grant protocol on a task's slots each have a request type: Acquire (a
@@ -78,6 +80,11 @@ type AcquireRequest struct {
 	Queue *Queue
 	// NewTokenID makes token ids (tests); nil means uuid.New.
 	NewTokenID func() uuid.UUID
+	// Key is the start's key ("": none) and Cost the slots it takes (0 means 1): its holders'
+	// costs may not exceed the task's limit together, nor those of one key its key's limit
+	// (Declared.KeyLimit, KeyLimits, under the overrides). Keys need grant protocol 6.
+	Key  string
+	Cost int
 }
 
 // Queue is how a requester waits for a slot. A ticket lives by the session's heartbeat
@@ -178,6 +185,11 @@ type AcquireResult struct {
 	// Attempt is the attempt of StartAttemptRequest.Submission the grant started; 0 when it did not
 	// (the submission was cancelled, or its claim lapsed and another worker took it).
 	Attempt int
+	// KeyLimit is the limit in force for the start's key (0: none), in a keyed decision.
+	KeyLimit int
+	// Unfit says the start's cost exceeds the task's or its key's limit in force: it is denied
+	// (DeniedLimit or DeniedKeyLimit) and never queued; a ticket that no longer fits is dropped.
+	Unfit *Unfit
 	// ConflictingDeclaration is the different limit another host had declared, if any.
 	ConflictingDeclaration *Declaration
 	// SentAt is the local time just before the round trip that wrote the grant was sent: the
@@ -239,6 +251,8 @@ func denyMessage(r DenyReason, limit int) string {
 		return "an execution with this reference value already succeeded or is running"
 	case DeniedLimit:
 		return fmt.Sprintf("concurrency limit %d reached", limit)
+	case DeniedKeyLimit:
+		return "its key's limit reached"
 	}
 	return "denied"
 }
@@ -247,9 +261,9 @@ const insertBlockedSQL = `
 INSERT INTO taskling.task_execution (
     task_id, started_at, completed_at, last_keep_alive, host_name, session_id, death_mode,
     keep_alive_interval, keep_alive_death_threshold, override_threshold,
-    reference_value, idempotent, header, blocked, blocked_reason, scheduled_for, library_version)
+    reference_value, idempotent, header, blocked, blocked_reason, scheduled_for, library_version, key, cost)
 VALUES ($1, clock_timestamp(), clock_timestamp(), clock_timestamp(), $2, nullif($3, 0), $4, $5, $6, $7,
-    $8, $9, $10, true, $11, $12, $13)
+    $8, $9, $10, true, $11, $12, $13, $14, $15)
 RETURNING id`
 
 // RecordBlocked records a denied attempt without running the token logic: a requester that
@@ -261,9 +275,16 @@ func (s *Store) RecordBlocked(ctx context.Context, req AcquireRequest, reason st
 		header = string(req.Header)
 	}
 	var id int64
-	err := s.pool.QueryRow(ctx, insertBlockedSQL, req.TaskID, req.Host, req.SessionID, d.DeathMode,
-		d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold,
-		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion).Scan(&id)
+	args := []any{req.TaskID, req.Host, req.SessionID, d.DeathMode, d.KeepAliveInterval, d.KeepAliveDeathThreshold, d.OverrideThreshold,
+		req.ReferenceValue, req.Idempotent, header, reason, req.ScheduledFor, s.opts.LibraryVersion}
+	sql := p5InsertBlockedSQL
+	if err := s.detectEpochs(ctx); err != nil {
+		return 0, err
+	}
+	if s.epochs.keys.Load() {
+		sql, args = insertBlockedSQL, append(args, req.Key, int32(max(req.Cost, 1)))
+	}
+	err := s.pool.QueryRow(ctx, sql, args...).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record blocked attempt of %s: %w", req.TaskName, err)
 	}
@@ -284,11 +305,18 @@ type executionRows struct {
 	tokenIDs             []*string
 	fences               []*int64
 	scheduledFor         []*time.Time
+	keys                 []string
+	costs                []int32
 }
 
-func (w *executionRows) args(version string) []any {
-	return []any{version, w.ids, w.tasks, w.hosts, w.sessions, w.modes, w.kai, w.kadt, w.ot,
+// args are the statement's arguments; keyed: with the keys and costs (a schema of 0022).
+func (w *executionRows) args(version string, keyed bool) []any {
+	a := []any{version, w.ids, w.tasks, w.hosts, w.sessions, w.modes, w.kai, w.kadt, w.ot,
 		w.refs, w.idempotent, w.headers, w.blocked, w.reasons, w.tokenIDs, w.fences, w.scheduledFor}
+	if keyed {
+		a = append(a, w.keys, w.costs)
+	}
+	return a
 }
 
 func (w *executionRows) add(req *acquisition, res *AcquireResult) {
@@ -310,6 +338,7 @@ func (w *executionRows) add(req *acquisition, res *AcquireResult) {
 	}
 	w.headers = append(w.headers, header)
 	w.scheduledFor = append(w.scheduledFor, req.ScheduledFor)
+	w.keys, w.costs = append(w.keys, req.Key), append(w.costs, int32(req.cost()))
 	if res.Denied == NotDenied {
 		token, fence := res.TokenID.String(), res.Fence
 		w.blocked = append(w.blocked, false)

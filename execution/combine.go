@@ -233,9 +233,9 @@ func (s *Store) runBatch(batch []*op) {
 		})
 		defer stop()
 	}
-	legacy := map[int64]bool{} // grantees without terms, read from the next attempt on
-	pending := batch           // not served yet
-	readOnly := 0              // attempts refused by a read-only server
+	want := &txWant{legacy: map[int64]bool{}, keys: map[int64]int{}} // read from the next attempt on
+	pending := batch                                                 // not served yet
+	readOnly := 0                                                    // attempts refused by a read-only server
 	for attempt := 0; ; attempt++ {
 		live := pending[:0:0]
 		for _, o := range pending {
@@ -258,7 +258,7 @@ func (s *Store) runBatch(batch []*op) {
 		if err == nil {
 			err = s.runTx(ctx, func(ctx context.Context, t *txConn) error {
 				tx = t
-				return s.tokenTx(ctx, t, live, legacy)
+				return s.tokenTx(ctx, t, live, want)
 			})
 		}
 		if err == nil || errors.Is(err, errRollback) {
@@ -270,6 +270,7 @@ func (s *Store) runBatch(batch []*op) {
 			}
 		}
 		var need *errNeedLegacy
+		var needKeys *errNeedKeys
 		var newEpoch *errNewEpoch
 		switch {
 		case err == nil || errors.Is(err, errRollback):
@@ -282,10 +283,12 @@ func (s *Store) runBatch(batch []*op) {
 				return
 			}
 			continue // nothing was written
-		case errors.As(err, &need) && !legacyKnown(legacy, need.ids):
+		case errors.As(err, &need) && !legacyKnown(want.legacy, need.ids):
 			for _, id := range need.ids {
-				legacy[id] = true
+				want.legacy[id] = true
 			}
+			continue // at once: nothing was written
+		case errors.As(err, &needKeys) && s.widenKeyReads(want.keys, needKeys.tasks):
 			continue // at once: nothing was written
 		case refusedReadOnly(err) && readOnly < readOnlyRetries:
 			readOnly++

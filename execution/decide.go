@@ -24,7 +24,11 @@ import (
 // in a new epoch (0012_epochs.sql).
 // Protocol 4: a freed slot is granted to the direct ticket first in line by the transaction that
 // frees it; the waiter takes it without the task row (0013_handoff.sql, handoff.go).
-const ProtocolVersion = 5
+// Protocol 5: token transactions take their tasks' stripe locks first (0019_stripes.sql).
+// Protocol 6: keys and costs — a holder of cost c holds c tokens, keyed holders are listed in the
+// task row, keyed waiters queue in taskling.key_ticket and take turns across keys (0022_keys.sql,
+// keys.go, fair.go).
+const ProtocolVersion = 6
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")
@@ -70,6 +74,10 @@ type txState struct {
 	// handoffs are the task's slots granted to direct tickets and not taken yet, by ticket; nil
 	// when not read (a schema without them, or a blind state).
 	handoffs map[int64]handoff
+	// keys is what the task row holds of keys (0022), nil on an older schema; keyReads the keyed
+	// waiters and round-robin state read (keys.go), nil when not read.
+	keys     *keyRow
+	keyReads *keyReads
 	// blind: the state is a cached copy, written back only if the row did not change; nothing
 	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
 	// that needs any of it fails with errBlind.
@@ -144,6 +152,7 @@ type txPlan struct {
 	lapsed        []int64        // grants to direct tickets taken back (not taken in time, or left)
 	abandoned     []int64        // grants of waiters that left: an execution a take started ends as failed
 	results       []outcome      // one per request
+	keys          *keyPlan       // a keyed task's writes (keys.go); nil otherwise
 }
 
 // outcome is one request's result.
@@ -158,7 +167,7 @@ type outcome struct {
 // as waiting.
 func (p txPlan) nothingToWrite(st txState) bool {
 	return len(p.inserts) == 0 && len(p.completes) == 0 && !p.markWaiting && p.tokens == st.tokens && p.holders == st.holders &&
-		p.queue == st.queue && len(p.handoffs) == 0 && len(p.lapsed) == 0
+		p.queue == st.queue && len(p.handoffs) == 0 && len(p.lapsed) == 0 && (p.keys == nil || p.keys.nothingToWrite(st))
 }
 
 // decide serves reqs (one task's) on st exactly as if they ran one after another: every release
@@ -188,6 +197,13 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		d.order = append(d.order, t.exec)
 	}
 	acquires := slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil })
+	if keyedMode(st, reqs) {
+		if err := d.newKeyed(reqs); err != nil {
+			return txPlan{}, err
+		}
+	} else if st.keys == nil && slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil && r.acquire.keyed() }) {
+		return txPlan{}, fmt.Errorf("task %s: %w", taskNameOf(reqs), errKeysUnsupported)
+	}
 	if missing := d.missingTerms(); acquires && len(missing) > 0 && st.legacy == nil {
 		if st.blind {
 			return txPlan{}, errBlind
@@ -212,22 +228,18 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		}
 	}
 	d.settleTerms(acquires)
-	if err := d.handOff(); err != nil {
+	fresh, err := d.offer(reqs)
+	if err != nil {
 		return txPlan{}, err
-	}
-	fresh := len(d.plan.handoffs) > 0
-	if len(d.queue.tickets) > 0 || fresh {
-		offered, offeredNow := d.queue.offer(d.free())
-		fresh = fresh || offeredNow
-		d.plan.offered = slices.Concat(d.handed(), offered)
-		for i, r := range reqs {
-			if r.release != nil {
-				d.plan.results[i].release.Offered = d.plan.offered
-			}
-		}
 	}
 	if d.tripped {
 		return txPlan{}, errBlind
+	}
+	if d.keys != nil {
+		if d.keys.incomplete {
+			return txPlan{}, &errNeedKeys{tasks: []int64{taskIDOf(reqs)}}
+		}
+		d.plan.keys = d.keys.plan(&d)
 	}
 	d.plan.queue = formatQueue(d.queue.tickets)
 	d.plan.tokens = d.list.String()
@@ -252,6 +264,33 @@ type decider struct {
 	grantedRefs map[string]bool // idempotent references granted in this transaction
 	tripped     bool            // a blind decision needed liveness
 	queue       queue
+	keys        *keyed // a keyed decision's state (keys.go); nil otherwise
+}
+
+// offer passes the capacity left to the waiters: a freed slot is granted to the direct ticket
+// first in line or offered to the first tickets (a keyed task offers its plan's tickets). The
+// releases learn whom. fresh reports a ticket granted or offered just now.
+func (d *decider) offer(reqs []request) (fresh bool, err error) {
+	if d.keys != nil {
+		fresh = d.keyedOffers(d.keys.lastDeclared)
+	} else {
+		if err := d.handOff(); err != nil {
+			return false, err
+		}
+		fresh = len(d.plan.handoffs) > 0
+		if len(d.queue.tickets) == 0 && !fresh {
+			return false, nil
+		}
+		offered, offeredNow := d.queue.offer(d.free())
+		fresh = fresh || offeredNow
+		d.plan.offered = slices.Concat(d.handed(), offered)
+	}
+	for i, r := range reqs {
+		if r.release != nil {
+			d.plan.results[i].release.Offered = d.plan.offered
+		}
+	}
+	return fresh, nil
 }
 
 // free is the number of slots a grant could take now: unused ones and those of dead holders.
@@ -317,15 +356,21 @@ func (d *decider) queueAllows(req *acquisition, execID int64, res *AcquireResult
 	return false
 }
 
-func (d *decider) newTicket(req *acquisition, id int64, effective Settings) ticket {
-	threshold := effective.KeepAliveDeathThreshold
+// ticketTimes are a new ticket's death threshold (its waiter's) and offer window.
+func ticketTimes(req *acquisition, effective Settings) (threshold, window time.Duration) {
+	threshold = effective.KeepAliveDeathThreshold
 	if threshold <= 0 {
 		threshold = time.Minute
 	}
-	window := req.Queue.OfferWindow
+	window = req.Queue.OfferWindow
 	if window <= 0 {
 		window = 3 * time.Second
 	}
+	return threshold, window
+}
+
+func (d *decider) newTicket(req *acquisition, id int64, effective Settings) ticket {
+	threshold, window := ticketTimes(req, effective)
 	// A direct ticket's grant is held by the waiter's session: only a KeepAlive waiter can take
 	// one, and only where the schema records grants to take (protocol 4).
 	direct := req.Queue.Direct && effective.KeepAlive() && d.st.handoffs != nil && d.st.protocol >= 4
@@ -384,6 +429,9 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 		d.freed = d.freed || held
 	}
 	d.dropTerm(r.ExecutionID)
+	if d.keys != nil {
+		d.keys.dropHold(r.ExecutionID)
+	}
 	end := r.outcome()
 	if !held {
 		end = codes.OutcomeReclaimed // its reclaim wrote the end already; this one is not recorded
@@ -411,6 +459,10 @@ func (d *decider) acquire(i int, req *acquisition, execID int64) error {
 		if pos := d.queue.position(req.ticket()); pos >= 0 && pos < d.free() {
 			d.freed = true // its offer passes to the next ticket: tell that waiter
 		}
+		if t := d.keyTicket(req.ticket()); t != nil {
+			d.freed = d.freed || t.offeredUS != 0
+			d.keys.remove(t)
+		}
 		d.queue.remove(req.ticket())
 		d.giveBack(req.ticket())
 		res.Denied = DeniedLimit
@@ -436,43 +488,38 @@ func (d *decider) acquire(i int, req *acquisition, execID int64) error {
 	}
 	d.plan.declaredLimit, d.plan.declaredBy = &req.Declared.ConcurrencyLimit, &req.Host
 
-	newID := req.NewTokenID
-	if newID == nil {
-		newID = d.newID
+	if err := d.adjust(req, out); err != nil {
+		return err
 	}
-	next, gone, err := d.list.Adjust(res.Effective.ConcurrencyLimit, d.alive, d.adoptable(), newID)
-	if err != nil {
-		return fmt.Errorf("task %s: %w", req.TaskName, err)
-	}
-	d.list = next
-	for _, id := range gone {
-		out.reclaim = append(out.reclaim, d.reclaim(id))
-	}
-
 	hold, err := d.holdLeft(res.Effective.Threshold())
 	if err != nil {
 		return err
 	}
-	var grant tokens.GrantResult
+	var grant tokens.GrantNResult
 	switch {
 	case req.Idempotent && req.ReferenceValue != nil && d.duplicate(*req.ReferenceValue):
 		res.Denied = DeniedDuplicate
 	case hold > 0:
 		// A new timeline: holders of grants it lost may still run until their threshold.
 		res.Denied, res.NextExpiry = DeniedLimit, hold
-	case !d.queueAllows(req, execID, res):
+	case d.keys == nil && !d.queueAllows(req, execID, res):
 		res.Denied = DeniedLimit
+	case d.keys != nil && !d.keyedAllows(req, execID, res):
+		// denied by the task's limit or its key's (keyedAllows says which), or its cost is unfit
 	default:
-		if d.list, grant = d.list.Grant(execID, d.alive); !grant.Granted {
+		if d.list, grant = d.list.GrantN(execID, req.cost(), d.alive); !grant.Granted {
 			res.Denied = DeniedLimit
 		}
 	}
 	switch {
 	case grant.Granted:
 		d.plan.fence = max(d.plan.fence, d.st.epoch.base) + 1
-		res.ExecutionID, res.Fence, res.TokenID = execID, d.plan.fence, grant.TokenID
-		if grant.Reclaimed != 0 {
-			out.reclaim = append(out.reclaim, d.reclaim(grant.Reclaimed))
+		res.ExecutionID, res.Fence, res.TokenID = execID, d.plan.fence, grant.TokenIDs[0]
+		for _, id := range grant.Reclaimed {
+			out.reclaim = append(out.reclaim, d.reclaim(id))
+		}
+		if d.keys != nil {
+			d.keys.granted(execID, req.Key, req.cost(), d.st.nowUS)
 		}
 		session := req.SessionID
 		if !res.Effective.KeepAlive() {
@@ -483,18 +530,50 @@ func (d *decider) acquire(i int, req *acquisition, execID int64) error {
 			d.grantedRefs[*req.ReferenceValue] = true
 			d.plan.refClaims = append(d.plan.refClaims, i)
 		}
-	case res.Denied == DeniedLimit:
+	case res.Denied == DeniedLimit || res.Denied == DeniedKeyLimit:
 		res.NextExpiry = d.nextExpiry()
 	}
 	switch {
+	case res.Unfit != nil: // refused for its cost: nothing recorded
 	case res.Denied == NotDenied || req.RecordDenial:
 		res.ExecutionID = execID
 		d.plan.inserts = append(d.plan.inserts, i)
 		if req.Schedule != nil && req.ScheduledFor != nil {
 			d.plan.claims = append(d.plan.claims, i)
 		}
-	case res.Denied == DeniedLimit:
+	case res.Denied == DeniedLimit || res.Denied == DeniedKeyLimit:
 		d.plan.markWaiting = true
+	}
+	return nil
+}
+
+// adjust reconciles the list to the limit in force for req, reclaiming the dead holders whose
+// slots it removes. A keyed task's dead holders all go first, before an unlimited list's live
+// ones are adopted: their keys' rooms are computed without them.
+func (d *decider) adjust(req *acquisition, out *outcome) error {
+	newID := req.NewTokenID
+	if newID == nil {
+		newID = d.newID
+	}
+	limit := out.acquire.Effective.ConcurrencyLimit
+	var next tokens.List
+	var gone []int64
+	var err error
+	if d.keys != nil && d.st.heartbeats != nil {
+		d.reap(out)
+		d.keys.lastDeclared = &req.Declared
+	}
+	if d.keys != nil {
+		next, gone, err = d.list.AdjustCosts(limit, d.alive, d.adoptable(), func(id int64) int { return d.keys.holdOf(id).cost }, newID)
+	} else {
+		next, gone, err = d.list.Adjust(limit, d.alive, d.adoptable(), newID)
+	}
+	if err != nil {
+		return fmt.Errorf("task %s: %w", req.TaskName, err)
+	}
+	d.list = next
+	for _, id := range gone {
+		out.reclaim = append(out.reclaim, d.reclaim(id))
 	}
 	return nil
 }
@@ -545,6 +624,9 @@ func (d *decider) duplicate(ref string) bool {
 // reclaim takes the slot of the dead holder id: its terms go, and the reclaim is written (with a
 // recheck of its session under lock, so a heartbeat that raced the decision wins).
 func (d *decider) reclaim(id int64) int64 {
+	if d.keys != nil {
+		d.keys.dropHold(id)
+	}
 	if _, granted := d.st.handoffs[id]; granted { // never taken: there is no execution to end
 		d.plan.lapsed = append(d.plan.lapsed, id)
 		d.dropTerm(id)

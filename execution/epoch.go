@@ -15,27 +15,28 @@ import (
 // and one whose grant was lost too finds nothing to return.
 
 // epochSupport says whether the schema has taskling.epoch (migration 0012), taskling.handoff
-// (0013) and the stripe tables (0019), looked up once.
+// (0013), the stripe tables (0019) and keys (0022), looked up once.
 type epochSupport struct {
-	known, has, handoffs, stripes atomic.Bool
+	known, has, handoffs, stripes, keys atomic.Bool
 }
 
-// detectEpochs looks up, once, whether the schema has taskling.epoch, taskling.handoff and the
-// stripes. It
+// detectEpochs looks up, once, whether the schema has taskling.epoch, taskling.handoff, the
+// stripes and keys. It
 // runs before a token transaction takes its connection (a pool of one connection must not wait
 // for itself).
 func (s *Store) detectEpochs(ctx context.Context) error {
 	if s.epochs.known.Load() {
 		return nil
 	}
-	var has, handoffs, stripes bool
+	var has, handoffs, stripes, keys bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL, to_regclass('taskling.handoff') IS NOT NULL,
-    to_regclass('taskling.stripe_00') IS NOT NULL`).Scan(&has, &handoffs, &stripes); err != nil {
+    to_regclass('taskling.stripe_00') IS NOT NULL, to_regclass('taskling.key_ticket') IS NOT NULL`).Scan(&has, &handoffs, &stripes, &keys); err != nil {
 		return fmt.Errorf("look for taskling.epoch: %w", err)
 	}
 	s.epochs.has.Store(has)
 	s.epochs.handoffs.Store(handoffs)
 	s.epochs.stripes.Store(stripes)
+	s.epochs.keys.Store(keys)
 	s.epochs.known.Store(true)
 	return nil
 }

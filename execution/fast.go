@@ -138,7 +138,8 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 		}
 		plan, err := decide(st, requestsOf(ops), uuid.New)
 		// Grants to tickets are written by the usual path only (it reads and locks them).
-		if err != nil || plan.nothingToWrite(st) || plan.hasErrors() || len(plan.handoffs)+len(plan.lapsed)+len(plan.abandoned) > 0 {
+		if err != nil || plan.nothingToWrite(st) || plan.hasErrors() || len(plan.handoffs)+len(plan.lapsed)+len(plan.abandoned) > 0 ||
+			!plan.keys.fastKeyWrites() {
 			s.cache.mu.Lock()
 			s.cache.ids = append(taken, s.cache.ids...) // unused: keep them, in order
 			s.cache.mu.Unlock()
@@ -217,22 +218,33 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 		protocol = rows[id].state.protocol
 	}
 	b := tx.begin(s.stripes(ids), false)
+	keyed := s.epochs.keys.Load()
+	args := []any{w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues, xmins, protocol, timeline}
 	cas := casTasksSQL
-	if !s.epochs.has.Load() {
+	switch {
+	case !s.epochs.has.Load():
 		cas = legacyCASTasksSQL
+	case !keyed:
+		cas = p5CasTasksSQL
+	default:
+		args = append(args, w.keys.holders, w.keys.vtimes, w.keys.waiting, w.keys.declaredLimits, w.keys.declared)
 	}
-	b.Queue(cas, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues, xmins, protocol, timeline).
-		Query(func(rows pgx.Rows) error {
-			return scanTaskRows(rows, func(r taskRow) {
-				written[r.id] = true
-				tx.see(r)
-			})
+	b.Queue(cas, args...).Query(func(rows pgx.Rows) error {
+		return scanTaskRows(rows, keyed, func(r taskRow) {
+			written[r.id] = true
+			tx.see(r)
 		})
+	})
 	if len(w.endExecs) > 0 {
 		b.Queue(fastEndSQL, w.endExecs, w.endOutcomes, w.endTasks)
 	}
+	for _, id := range ids {
+		if p := plans[id].keys; p != nil && len(p.drops) > 0 {
+			b.Queue(fastDropKeysSQL, int16(id%stripeCount), id, p.drops)
+		}
+	}
 	if len(w.execs.ids) > 0 {
-		b.Queue(fastInsertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
+		b.Queue(s.insertExecutionsSQL(true), w.execs.args(s.opts.LibraryVersion, keyed)...).Query(w.readStartTimes)
 	}
 	w.queueLinks(b, fastLinkSQL)
 	// A slot freed is announced if the cached row has waiters: had one marked the row since,

@@ -189,10 +189,12 @@ func (q *queue) offer(free int) (offered []int64, fresh bool) {
 // Waiter is a live ticket of a task's queue, as history shows it.
 type Waiter struct {
 	Ticket   int64
-	Position int // 1: next
+	Position int // 1: next (a keyed waiter: in its key's line)
 	Priority int
 	Host     string
 	QueuedAt time.Time
+	Key      string
+	Cost     int
 }
 
 // waitersSQL lists task $1's live tickets in queue order.
@@ -202,22 +204,52 @@ FROM taskling.task_definition d, taskling.live_tickets(d.queue) w
 WHERE d.id = $1
 ORDER BY w.n`
 
-// Waiters returns the live waiters queued for a slot of the task, first in line first.
+// keyedWaitersSQL lists task $1's live tickets: the row's queue in its order (key ”, cost 1),
+// then the keyed ones by key, in each key's order (0022).
+const keyedWaitersSQL = `
+SELECT * FROM (
+    SELECT w.ticket, w.priority, w.host, w.queued, '' AS key, 1 AS cost, 0 AS part, w.n AS ord
+    FROM taskling.task_definition d, taskling.live_tickets(d.queue) w
+    WHERE d.id = $1
+    UNION ALL
+    SELECT k.ticket, k.priority, k.host, k.queued, k.key, k.cost, 1, row_number() OVER (ORDER BY k.key, k.priority DESC, k.queued, k.ticket)
+    FROM taskling.live_key_tickets($1) k
+) v
+ORDER BY v.part, v.ord`
+
+// Waiters returns the live waiters queued for a slot of the task: first in line first, then
+// (a keyed task) by key, each key's first in line first.
 func (s *Store) Waiters(ctx context.Context, taskID int64) ([]Waiter, error) {
-	rows, err := s.pool.Query(ctx, waitersSQL, taskID)
+	if err := s.detectEpochs(ctx); err != nil {
+		return nil, err
+	}
+	keyed := s.epochs.keys.Load()
+	sql := waitersSQL
+	if keyed {
+		sql = keyedWaitersSQL
+	}
+	rows, err := s.pool.Query(ctx, sql, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("waiters of task %d: %w", taskID, err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiter, error) {
-		var w Waiter
-		err := row.Scan(&w.Ticket, &w.Priority, &w.Host, &w.QueuedAt)
-		return w, err
+		w := Waiter{Cost: 1}
+		if !keyed {
+			return w, row.Scan(&w.Ticket, &w.Priority, &w.Host, &w.QueuedAt)
+		}
+		var part, ord int64
+		return w, row.Scan(&w.Ticket, &w.Priority, &w.Host, &w.QueuedAt, &w.Key, &w.Cost, &part, &ord)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiters of task %d: %w", taskID, err)
 	}
+	pos := map[string]int{}
 	for i := range out {
-		out[i].Position = i + 1
+		if i > 0 && out[i].Key != out[i-1].Key || i == 0 {
+			pos[out[i].Key] = 0
+		}
+		pos[out[i].Key]++
+		out[i].Position = pos[out[i].Key]
 	}
 	return out, nil
 }

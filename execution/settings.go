@@ -3,6 +3,7 @@ package execution
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/codes"
@@ -51,6 +52,27 @@ func checkLimit(limit int, in string) error {
 	return nil
 }
 
+// MaxNamedKeys bounds the keys named with a limit of their own, per task and per layer: they are
+// kept in the task row, which every acquire rewrites.
+const MaxNamedKeys = 1000
+
+// checkKeyLimit checks a key's limit: 0 (none) or 1 to MaxConcurrencyLimit.
+func checkKeyLimit(field string, limit int, in string) error {
+	if limit < 0 || limit > MaxConcurrencyLimit {
+		return invalid(field, "%s%s is %d; want 0 (no key limit) or 1 to %d", field, in, limit, MaxConcurrencyLimit)
+	}
+	return nil
+}
+
+// CheckNamedKeyLimit checks a named key's limit: 1 to MaxConcurrencyLimit; in says where it came
+// from ("operator override").
+func CheckNamedKeyLimit(field string, limit int, in string) error {
+	if limit < 1 || limit > MaxConcurrencyLimit {
+		return invalid(field, "%s (%s) is %d; want 1 to %d", field, in, limit, MaxConcurrencyLimit)
+	}
+	return nil
+}
+
 // checkMin checks that a duration setting is at least min.
 func checkMin(field, in string, d, min time.Duration) error {
 	if d < min {
@@ -85,6 +107,10 @@ type Settings struct {
 	OverrideThreshold       time.Duration
 	// Retention is not used by token transactions: hosts declare it to taskling.retention.
 	Retention Retention
+	// KeyLimit is every key's limit (the cost its live holders may hold together), 0 for none;
+	// KeyLimits the limits of named keys, which win over it (docs/keys.md).
+	KeyLimit  int
+	KeyLimits map[string]int
 }
 
 // KeepAlive reports whether holders are judged by their heartbeats (else by their start time).
@@ -113,6 +139,17 @@ func (s Settings) validate(from func(field string) string) error {
 	}
 	if err := checkLimit(s.ConcurrencyLimit, in("ConcurrencyLimit")); err != nil {
 		return err
+	}
+	if err := checkKeyLimit("KeyLimit", s.KeyLimit, in("KeyLimit")); err != nil {
+		return err
+	}
+	if len(s.KeyLimits) > MaxNamedKeys {
+		return invalid("KeyLimits", "KeyLimits%s names %d keys; at most %d allowed", in("KeyLimits"), len(s.KeyLimits), MaxNamedKeys)
+	}
+	for k, l := range s.KeyLimits {
+		if l < 1 || l > MaxConcurrencyLimit {
+			return invalid("KeyLimits", "KeyLimits[%q]%s is %d; want 1 to %d", k, in("KeyLimits"), l, MaxConcurrencyLimit)
+		}
 	}
 	if s.DeathMode != codes.DeathKeepAlive && s.DeathMode != codes.DeathOverride {
 		return invalid("DeathMode", "DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", in("DeathMode"), s.DeathMode)
@@ -170,13 +207,18 @@ type Overrides struct {
 	KeepAliveInterval       *time.Duration
 	KeepAliveDeathThreshold *time.Duration
 	OverrideThreshold       *time.Duration
-	UpdatedAt               *time.Time
+	// KeyLimit overrides every key's declared limit (0: no key limit); KeyLimits override named
+	// keys' limits, and win over KeyLimit.
+	KeyLimit  *int
+	KeyLimits map[string]int
+	UpdatedAt *time.Time
 }
 
 // IsZero reports whether no setting is overridden.
 func (o Overrides) IsZero() bool {
 	return o.ConcurrencyLimit == nil && o.Enabled == nil && o.DeathMode == nil &&
-		o.KeepAliveInterval == nil && o.KeepAliveDeathThreshold == nil && o.OverrideThreshold == nil
+		o.KeepAliveInterval == nil && o.KeepAliveDeathThreshold == nil && o.OverrideThreshold == nil &&
+		o.KeyLimit == nil && len(o.KeyLimits) == 0
 }
 
 // Apply returns declared with every overridden field replaced.
@@ -200,8 +242,46 @@ func (o Overrides) Apply(declared Settings) Settings {
 	if o.OverrideThreshold != nil {
 		s.OverrideThreshold = *o.OverrideThreshold
 	}
+	if o.KeyLimit != nil {
+		s.KeyLimit = *o.KeyLimit
+	}
 	return s
 }
+
+// Sources of a key's limit, as KeyLimitOf names them.
+const (
+	KeySourceOverride         = "operator override of the key"
+	KeySourceKeyLimitOverride = "operator override of KeyLimit"
+	KeySourceDeclaredKey      = "declared for the key"
+	KeySourceDeclared         = "declared KeyLimit"
+)
+
+// KeyLimitOf is key's limit (0: none) with declared in force under o, and where it comes from:
+// the operator's override for the key, else the operator's KeyLimit, else the limit declared for
+// the key, else the declared KeyLimit.
+func KeyLimitOf(key string, declared Settings, o Overrides) (int, string) {
+	if l, ok := o.KeyLimits[key]; ok {
+		return l, KeySourceOverride
+	}
+	if o.KeyLimit != nil {
+		return *o.KeyLimit, KeySourceKeyLimitOverride
+	}
+	if l, ok := declared.KeyLimits[key]; ok {
+		return l, KeySourceDeclaredKey
+	}
+	return declared.KeyLimit, KeySourceDeclared
+}
+
+// Equal reports whether s and o are the same settings, named keys included.
+func (s Settings) Equal(o Settings) bool {
+	return s.ConcurrencyLimit == o.ConcurrencyLimit && s.Enabled == o.Enabled && s.DeathMode == o.DeathMode &&
+		s.KeepAliveInterval == o.KeepAliveInterval && s.KeepAliveDeathThreshold == o.KeepAliveDeathThreshold &&
+		s.OverrideThreshold == o.OverrideThreshold && s.Retention == o.Retention && s.KeyLimit == o.KeyLimit &&
+		maps.Equal(s.KeyLimits, o.KeyLimits)
+}
+
+// Keyed reports whether declared settings limit keys.
+func (s Settings) Keyed() bool { return s.KeyLimit > 0 || len(s.KeyLimits) > 0 }
 
 // overrideSource names the operator's overrides in errors.
 const overrideSource = "operator override"
@@ -212,6 +292,11 @@ func (o Overrides) ValidateFields() error {
 	const in = " (" + overrideSource + ")"
 	if o.ConcurrencyLimit != nil {
 		if err := checkLimit(*o.ConcurrencyLimit, in); err != nil {
+			return err
+		}
+	}
+	if o.KeyLimit != nil {
+		if err := checkKeyLimit("KeyLimit", *o.KeyLimit, in); err != nil {
 			return err
 		}
 	}
@@ -270,6 +355,8 @@ func (o Overrides) sets(field string) bool {
 		return o.KeepAliveDeathThreshold != nil
 	case "OverrideThreshold":
 		return o.OverrideThreshold != nil
+	case "KeyLimit":
+		return o.KeyLimit != nil
 	}
 	return false
 }

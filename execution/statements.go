@@ -13,7 +13,7 @@ package execution
 // A task row as the token logic reads it (scanTaskRows): its id, token list, holders, queue,
 // fence, overrides, declared limit and host, whether waiters were marked within the minute, the
 // grant protocol, the heap page of the row version and its transaction id (xmin: it changes with
-// every write of the row).
+// every write of the row); then what it holds of keys (0022: keycodec.go).
 
 // lockTasksSQL is the first statement of every token transaction: it takes the rows' locks in
 // id order (no deadlock between transactions serving several tasks) before anything is read, and
@@ -25,7 +25,8 @@ const lockTasksSQL = `
 SELECT d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
-    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text
+    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text,
+    d.key_holders, d.key_limit, d.key_overrides, d.declared_key_limit, d.declared_keys, d.key_vtime, d.key_waiting
 FROM taskling.task_definition d
 WHERE d.id = ANY($1)
 ORDER BY d.id
@@ -64,7 +65,8 @@ JOIN unnest($1::bigint[], $2::text[]) AS r(task, ref) ON c.task_id = r.task AND 
 const endedSQL = `SELECT execution_id, outcome FROM taskling.execution_end WHERE execution_id = ANY($1)`
 
 // updateTasksSQL writes the tasks' token lists, holders (with the DB clock as the grant time of
-// the holders granted now: grantMark, 'A:@', becomes it), fences, declarations and waiter marks.
+// the holders granted now: grantMark, 'A:@', becomes it), fences, declarations, waiter marks and
+// keys (a NULL declaration keeps the stored one).
 const updateTasksSQL = `
 UPDATE taskling.task_definition d SET
     tokens = u.tokens,
@@ -77,14 +79,22 @@ UPDATE taskling.task_definition d SET
     declared_limit = coalesce(u.declared_limit, d.declared_limit),
     declared_by = coalesce(u.declared_by, d.declared_by),
     waiters_until = CASE WHEN u.mark THEN greatest(d.waiters_until, clock_timestamp() + interval '60 seconds')
-                         ELSE d.waiters_until END
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[])
-    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue)
+                         ELSE d.waiters_until END,
+    key_holders = u.key_holders,
+    key_vtime = u.key_vtime,
+    key_waiting = u.key_waiting,
+    declared_key_limit = coalesce(u.declared_key_limit, d.declared_key_limit),
+    declared_keys = coalesce(u.declared_keys, d.declared_keys)
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[],
+            $9::text[], $10::bigint[], $11::integer[], $12::integer[], $13::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, key_holders, key_vtime, key_waiting,
+         declared_key_limit, declared_keys)
 WHERE d.id = ANY($1) AND d.id = u.id
 RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
-    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text`
+    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text,
+    d.key_holders, d.key_limit, d.key_overrides, d.declared_key_limit, d.declared_keys, d.key_vtime, d.key_waiting`
 
 // casTasksSQL is updateTasksSQL for decisions taken on cached rows (the fast path): each row is
 // written only if it is still the version the decision was taken on (xmin, $9) under the same
@@ -104,16 +114,24 @@ UPDATE taskling.task_definition d SET
     declared_limit = coalesce(u.declared_limit, d.declared_limit),
     declared_by = coalesce(u.declared_by, d.declared_by),
     waiters_until = CASE WHEN u.mark THEN greatest(d.waiters_until, clock_timestamp() + interval '60 seconds')
-                         ELSE d.waiters_until END
-FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[])
-    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin)
+                         ELSE d.waiters_until END,
+    key_holders = u.key_holders,
+    key_vtime = u.key_vtime,
+    key_waiting = u.key_waiting,
+    declared_key_limit = coalesce(u.declared_key_limit, d.declared_key_limit),
+    declared_keys = coalesce(u.declared_keys, d.declared_keys)
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[],
+            $12::text[], $13::bigint[], $14::integer[], $15::integer[], $16::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin, key_holders, key_vtime, key_waiting,
+         declared_key_limit, declared_keys)
 WHERE d.id = ANY($1) AND d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
     AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
     AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = taskling.timeline())
 RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
-    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text`
+    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text,
+    d.key_holders, d.key_limit, d.key_overrides, d.declared_key_limit, d.declared_keys, d.key_vtime, d.key_waiting`
 
 // insertExecutionsSQL inserts the executions granted or denied (a denied one starts and ends at
 // once). Rows go in fence order: clock_timestamp() (volatile, so evaluated after the sort) then
@@ -123,14 +141,14 @@ INSERT INTO taskling.task_execution (
     id, task_id, started_at, completed_at, last_keep_alive, host_name, session_id,
     death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
     reference_value, idempotent, header, blocked, blocked_reason, token_id, fence,
-    scheduled_for, library_version)
+    scheduled_for, library_version, key, cost)
 SELECT r.id, r.task, clock_timestamp(), CASE WHEN r.blocked THEN clock_timestamp() END, clock_timestamp(), r.host,
     nullif(r.session, 0), r.mode, r.kai, r.kadt, r.ot, r.ref, r.idem, r.header::jsonb, r.blocked, r.reason, r.token::uuid,
-    r.fence, r.sched, $1
+    r.fence, r.sched, $1, r.key, r.cost
 FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::smallint[], $7::interval[], $8::interval[],
             $9::interval[], $10::text[], $11::boolean[], $12::text[], $13::boolean[], $14::text[], $15::text[],
-            $16::bigint[], $17::timestamptz[])
-    AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)
+            $16::bigint[], $17::timestamptz[], $18::text[], $19::integer[])
+    AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched, key, cost)
 ORDER BY r.fence NULLS LAST, r.id
 RETURNING id, started_at`
 
@@ -141,14 +159,14 @@ INSERT INTO taskling.task_execution (
     id, task_id, started_at, completed_at, last_keep_alive, host_name, session_id,
     death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
     reference_value, idempotent, header, blocked, blocked_reason, token_id, fence,
-    scheduled_for, library_version)
+    scheduled_for, library_version, key, cost)
 SELECT r.id, r.task, clock_timestamp(), CASE WHEN r.blocked THEN clock_timestamp() END, clock_timestamp(), r.host,
     nullif(r.session, 0), r.mode, r.kai, r.kadt, r.ot, r.ref, r.idem, r.header::jsonb, r.blocked, r.reason, r.token::uuid,
-    r.fence, r.sched, $1
+    r.fence, r.sched, $1, r.key, r.cost
 FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::bigint[], $6::smallint[], $7::interval[], $8::interval[],
             $9::interval[], $10::text[], $11::boolean[], $12::text[], $13::boolean[], $14::text[], $15::text[],
-            $16::bigint[], $17::timestamptz[])
-    AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched)
+            $16::bigint[], $17::timestamptz[], $18::text[], $19::integer[])
+    AS r(id, task, host, session, mode, kai, kadt, ot, ref, idem, header, blocked, reason, token, fence, sched, key, cost)
 WHERE r.task IN (SELECT w.id FROM taskling.task_definition w
     WHERE w.id = ANY($3::bigint[]) AND w.xmin = pg_current_xact_id_if_assigned()::xid)
 ORDER BY r.fence NULLS LAST, r.id
@@ -237,3 +255,99 @@ const notifySQL = `SELECT pg_notify('taskling_slots', p) FROM unnest($1::text[])
 const fastNotifySQL = `SELECT pg_notify('taskling_slots', u.p)
 FROM unnest($1::bigint[], $2::text[]) AS u(id, p) JOIN taskling.task_definition d ON d.id = u.id
 WHERE d.id = ANY($1) AND d.waiters_until > clock_timestamp() AND d.xmin = pg_current_xact_id_if_assigned()::xid`
+
+// The statements of keyed tasks (grant protocol 6, 0022_keys.sql). Each serves one task ($1 its
+// stripe, the task id modulo 64; $2 its id): task_key and key_ticket are partitioned by stripe, and
+// a scalar stripe lets the planner keep only that partition (a generic plan prunes the others when
+// the executor starts), so a transaction reads and locks nothing of another stripe's partitions.
+
+// keyRowsSQL reads, under the task row's lock, the round-robin state of the keys named by the
+// requests ($3) and of the first $4 keys with waiters in round-robin order (task_key_round_idx);
+// candidate says which. A key read both ways comes twice.
+const keyRowsSQL = `
+SELECT k.key, k.pass, k.granted_us, k.waiting, k.top_priority, false AS candidate
+FROM taskling.task_key k
+WHERE k.stripe = $1 AND k.task_id = $2 AND k.key = ANY($3::text[])
+UNION ALL
+(SELECT k.key, k.pass, k.granted_us, k.waiting, k.top_priority, true
+ FROM taskling.task_key k
+ WHERE k.stripe = $1 AND k.task_id = $2 AND k.waiting > 0
+ ORDER BY k.top_priority DESC, k.pass, k.granted_us, k.key
+ LIMIT $4)`
+
+// keyTicketsSQL reads the task's tickets the decision needs, with their sessions' last heartbeats
+// (µs; 0 if gone): the requests' own ($3), the first $5 of each of the first $4 keys in round-robin
+// order (key_ticket_key_idx), and the $6 oldest (key_ticket_age_idx).
+const keyTicketsSQL = `
+WITH c AS (
+    SELECT k.key FROM taskling.task_key k
+    WHERE k.stripe = $1 AND k.task_id = $2 AND k.waiting > 0
+    ORDER BY k.top_priority DESC, k.pass, k.granted_us, k.key
+    LIMIT $4
+), t AS (
+    SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us
+    FROM taskling.key_ticket x WHERE x.stripe = $1 AND x.task_id = $2 AND x.id = ANY($3::bigint[])
+    UNION
+    SELECT y.id, y.key, y.cost, y.priority, y.session_id, y.queued_us, y.offered_us, y.threshold_us, y.window_us
+    FROM c CROSS JOIN LATERAL (
+        SELECT x.* FROM taskling.key_ticket x
+        WHERE x.stripe = $1 AND x.task_id = $2 AND x.key = c.key
+        ORDER BY x.priority DESC, x.queued_us, x.id
+        LIMIT $5) y
+    UNION
+    (SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us
+     FROM taskling.key_ticket x WHERE x.stripe = $1 AND x.task_id = $2
+     ORDER BY x.queued_us, x.id
+     LIMIT $6)
+)
+SELECT t.id, t.key, t.cost, t.priority, t.session_id, t.queued_us, t.offered_us, t.threshold_us, t.window_us,
+    coalesce((extract(epoch FROM s.last_heartbeat) * 1000000)::bigint, 0)
+FROM t LEFT JOIN taskling.session s ON s.id = t.session_id`
+
+// deleteKeyTicketsSQL removes tickets $3 (granted, gone, or refused).
+const deleteKeyTicketsSQL = `DELETE FROM taskling.key_ticket WHERE stripe = $1 AND task_id = $2 AND id = ANY($3::bigint[])`
+
+// insertKeyTicketsSQL queues tickets.
+const insertKeyTicketsSQL = `
+INSERT INTO taskling.key_ticket (stripe, task_id, id, key, cost, priority, session_id, queued_us, threshold_us, window_us, offered_us)
+SELECT $1, $2, r.id, r.key, r.cost, r.priority, r.session, r.queued, r.threshold, r.win, r.offered
+FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::integer[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
+            $11::bigint[])
+    AS r(id, key, cost, priority, session, queued, threshold, win, offered)`
+
+// updateKeyTicketsSQL records offers and requeues (an offer not taken in time).
+const updateKeyTicketsSQL = `
+UPDATE taskling.key_ticket x SET queued_us = r.queued, offered_us = r.offered
+FROM unnest($3::bigint[], $4::bigint[], $5::bigint[]) AS r(id, queued, offered)
+WHERE x.stripe = $1 AND x.task_id = $2 AND x.id = r.id`
+
+// upsertKeysSQL writes keys' round-robin state, creating their rows on demand: a grant sets the
+// pass and time; a key that starts waiting (no grant: time 0) joins at the later of its pass and
+// the virtual time ($4).
+const upsertKeysSQL = `
+INSERT INTO taskling.task_key AS k (stripe, task_id, key, pass, granted_us)
+SELECT $1, $2, r.key, r.pass, r.granted FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS r(key, pass, granted)
+ON CONFLICT (stripe, task_id, key) DO UPDATE
+SET pass = CASE WHEN EXCLUDED.granted_us = 0 THEN greatest(k.pass, EXCLUDED.pass) ELSE EXCLUDED.pass END,
+    granted_us = CASE WHEN EXCLUDED.granted_us = 0 THEN k.granted_us ELSE EXCLUDED.granted_us END`
+
+// refreshKeysSQL counts keys' waiters ($4: tickets added minus removed) and their top priority
+// (key_ticket_key_idx: one row), after the tickets' writes.
+const refreshKeysSQL = `
+UPDATE taskling.task_key k
+SET waiting = k.waiting + r.delta,
+    top_priority = coalesce((SELECT x.priority FROM taskling.key_ticket x
+                             WHERE x.stripe = $1 AND x.task_id = $2 AND x.key = k.key
+                             ORDER BY x.priority DESC LIMIT 1), 0)
+FROM unnest($3::text[], $4::integer[]) AS r(key, delta)
+WHERE k.stripe = $1 AND k.task_id = $2 AND k.key = r.key`
+
+// dropKeysSQL deletes the rows of keys $3 once they have no waiter (the decision knows they have no
+// holder).
+const dropKeysSQL = `DELETE FROM taskling.task_key WHERE stripe = $1 AND task_id = $2 AND key = ANY($3::text[]) AND waiting = 0`
+
+// fastDropKeysSQL is dropKeysSQL for a task this transaction wrote (casTasksSQL).
+const fastDropKeysSQL = `
+DELETE FROM taskling.task_key k
+WHERE k.stripe = $1 AND k.task_id = $2 AND k.key = ANY($3::text[]) AND k.waiting = 0
+    AND EXISTS (SELECT 1 FROM taskling.task_definition w WHERE w.id = $2 AND w.xmin = pg_current_xact_id_if_assigned()::xid)`

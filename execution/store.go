@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,6 +48,8 @@ type Store struct {
 	recent recentReleases
 	// hb is the heartbeats' connection (session.go).
 	hb heartbeatConn
+	// keyLevels is, by task, the width level its keyed reads last needed (keys_io.go).
+	keyLevels sync.Map
 
 	retries        atomic.Int64
 	transactions   atomic.Int64

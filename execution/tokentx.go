@@ -21,21 +21,22 @@ import (
 // writePlans (round trip 2: token lists and holders, executions, claims, reclaims, ends, schedule
 // claims, notifications; COMMIT).
 //
-// legacy names grantees without liveness terms whose rows must be read. It sets each op's
+// want names what round trip 1 must read beyond the usual: grantees without liveness terms, and
+// keyed tasks' waiters (keys_io.go). It sets each op's
 // outcome (or its own failure: a task whose stored state is corrupted fails only its ops); it
 // returns an error when the whole transaction failed, errRollback when there was nothing to
 // write.
-func (s *Store) tokenTx(ctx context.Context, tx *txConn, ops []*op, legacy map[int64]bool) error {
+func (s *Store) tokenTx(ctx context.Context, tx *txConn, ops []*op, want *txWant) error {
 	tasks := map[int64][]*op{}
 	for _, o := range ops {
 		tasks[o.taskID()] = append(tasks[o.taskID()], o)
 	}
-	states, err := s.readState(ctx, tx, tasks, legacy)
+	states, err := s.readState(ctx, tx, tasks, want)
 	if err != nil {
 		return err
 	}
 	plans := map[int64]*txPlan{}
-	var need []int64
+	var need, needKeys []int64
 	for id, tops := range tasks {
 		st, ok := states[id]
 		if !ok {
@@ -44,9 +45,12 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, ops []*op, legacy map[i
 		}
 		plan, err := decide(st, requestsOf(tops), uuid.New)
 		var nl *errNeedLegacy
+		var nk *errNeedKeys
 		switch {
 		case errors.As(err, &nl):
 			need = append(need, nl.ids...)
+		case errors.As(err, &nk):
+			needKeys = append(needKeys, id)
 		case err != nil:
 			failAll(tops, err)
 		default:
@@ -55,6 +59,9 @@ func (s *Store) tokenTx(ctx context.Context, tx *txConn, ops []*op, legacy map[i
 	}
 	if len(need) > 0 {
 		return &errNeedLegacy{ids: need}
+	}
+	if len(needKeys) > 0 {
+		return &errNeedKeys{tasks: needKeys}
 	}
 	write := false
 	for id, plan := range plans {
@@ -95,7 +102,8 @@ func setOutcomes(tasks map[int64][]*op, plans map[int64]*txPlan) {
 // readState runs round trip 1 for tasks. Each statement is queued with the code that reads its
 // result, so the order in which results are read cannot drift from the order in which they were
 // queued.
-func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op, legacy map[int64]bool) (map[int64]txState, error) {
+func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op, want *txWant) (map[int64]txState, error) {
+	legacy := want.legacy
 	ids := make([]int64, 0, len(tasks))
 	acquires := 0
 	var refTasks []int64
@@ -124,8 +132,9 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 
 	clock := s.clockQuery()
 	b := tx.begin(s.stripes(ids), true)
-	b.Queue(lockTasksSQL, ids).Query(func(rows pgx.Rows) error {
-		return scanTaskRows(rows, func(r taskRow) {
+	keyed := s.epochs.keys.Load()
+	b.Queue(s.lockTasksSQL(), ids).Query(func(rows pgx.Rows) error {
+		return scanTaskRows(rows, keyed, func(r taskRow) {
 			states[r.id] = r.state
 			tx.see(r)
 		})
@@ -170,6 +179,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	if len(retries) > 0 {
 		queueEndedRead(b, retries, ended)
 	}
+	keyReads := s.queueKeyReads(b, tasks, want.keys)
 	if err := tx.send(ctx, b); err != nil {
 		return nil, err
 	}
@@ -179,7 +189,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	s.sawEpoch(ep)
 	for _, id := range ids {
 		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs ||
-			st.protocol >= 5 && !s.epochs.stripes.Load()) {
+			st.protocol >= 5 && !s.epochs.stripes.Load() || st.protocol >= 6 && !keyed) {
 			s.epochs.known.Store(false) // migrated meanwhile: look again
 		}
 		st, ok := states[id]
@@ -193,6 +203,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 			}
 		}
 		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
+		st.keyReads = keyReads[id]
 		if h, ok := taskHandoffs[id]; ok {
 			settleHandoffs(h, nowUS)
 			st.handoffs = h
@@ -303,13 +314,25 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 	if len(w.okTasks) > 0 {
 		b.Queue(succeededSQL, w.okTasks, w.okRefs, w.okExecs)
 	}
-	if len(w.taskIDs) > 0 {
-		b.Queue(updateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues).Query(func(rows pgx.Rows) error {
-			return scanTaskRows(rows, tx.see)
+	keyed := s.epochs.keys.Load()
+	switch {
+	case len(w.taskIDs) > 0 && keyed:
+		b.Queue(updateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues,
+			w.keys.holders, w.keys.vtimes, w.keys.waiting, w.keys.declaredLimits, w.keys.declared).Query(func(rows pgx.Rows) error {
+			return scanTaskRows(rows, keyed, tx.see)
+		})
+	case len(w.taskIDs) > 0:
+		b.Queue(p5UpdateTasksSQL, w.taskIDs, w.tokens, w.holders, w.fences, w.declaredLimits, w.declaredBys, w.marks, w.queues).Query(func(rows pgx.Rows) error {
+			return scanTaskRows(rows, keyed, tx.see)
 		})
 	}
+	for _, id := range ids {
+		if p := plans[id].keys; p != nil {
+			queueKeyWrites(b, id, p)
+		}
+	}
 	if len(w.execs.ids) > 0 {
-		b.Queue(insertExecutionsSQL, w.execs.args(s.opts.LibraryVersion)...).Query(w.readStartTimes)
+		b.Queue(s.insertExecutionsSQL(false), w.execs.args(s.opts.LibraryVersion, keyed)...).Query(w.readStartTimes)
 	}
 	if h := &w.handoffs; len(h.execs) > 0 {
 		b.Queue(insertHandoffsSQL, h.execs, h.tasks, h.tokens, h.fences, h.windows, h.thresholds)
@@ -359,6 +382,7 @@ type planWrites struct {
 	declaredLimits          []*int
 	declaredBys             []*string
 	marks                   []bool
+	keys                    keyColumns
 
 	execs    executionRows
 	inserted []*AcquireResult
@@ -416,6 +440,7 @@ func (w *planWrites) add(taskID int64, reqs []request, plan *txPlan, st txState)
 		w.queues = append(w.queues, plan.queue)
 		w.declaredLimits, w.declaredBys = append(w.declaredLimits, plan.declaredLimit), append(w.declaredBys, plan.declaredBy)
 		w.marks = append(w.marks, plan.markWaiting)
+		w.keys.add(plan.keys, st.keys)
 	}
 	for i, r := range reqs {
 		if r.acquire != nil {
@@ -506,16 +531,26 @@ func (t *txConn) see(r taskRow) {
 	t.seen[r.id] = r
 }
 
-// scanTaskRows reads task rows (lockTasksSQL, updateTasksSQL, casTasksSQL).
-func scanTaskRows(rows pgx.Rows, fn func(taskRow)) error {
+// scanTaskRows reads task rows (lockTasksSQL, updateTasksSQL, casTasksSQL), with what they hold of
+// keys when keyed (a schema of 0022: the statements of protocol 5 return none).
+func scanTaskRows(rows pgx.Rows, keyed bool, fn func(taskRow)) error {
 	for rows.Next() {
 		var r taskRow
 		st := &r.state
 		o := &st.overrides
-		if err := rows.Scan(&r.id, &st.tokens, &st.holders, &st.queue, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &o.DeathMode,
+		dest := []any{&r.id, &st.tokens, &st.holders, &st.queue, &st.fence, &o.ConcurrencyLimit, &o.Enabled, &o.DeathMode,
 			&o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold, &st.declaredLimit, &st.declaredBy,
-			&st.waiters, &st.protocol, &r.block, &r.xmin); err != nil {
+			&st.waiters, &st.protocol, &r.block, &r.xmin}
+		if keyed {
+			k := &keyRow{}
+			st.keys = k
+			dest = append(dest, &k.holders, &o.KeyLimit, &k.overrides, &k.declaredLimit, &k.declared, &k.vtime, &k.waiting)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return err
+		}
+		if st.keys != nil {
+			st.keys.limit = o.KeyLimit
 		}
 		fn(r)
 	}

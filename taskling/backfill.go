@@ -89,7 +89,8 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 			return ran, err
 		}
 		req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskID: r.taskID,
-			TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared}, ScheduledFor: &instant}}
+			TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared}, ScheduledFor: &instant,
+			Key: r.opts.Key, Cost: r.opts.Cost}, options: "ScheduleOptions"}
 		_, req.obs = c.observe(ctx, StartInfo{Application: app, Task: task, Kind: StartBackfill, At: time.Now(),
 			ScheduledFor: instant}, false)
 		exec, err := c.claimWhenFree(ctx, app, task, req, settings)

@@ -274,6 +274,24 @@ func ValidateOperator(field, s string) error {
 	return refuseInvisible(field, s)
 }
 
+// MaxKeyLength is the longest key (StartOptions.Key), in bytes.
+const MaxKeyLength = MaxNameLength
+
+// ValidateKey checks a key as starts, submissions and schedules do: "" (no key), or at most
+// MaxKeyLength bytes of valid UTF-8 with no control and no invisible character (see Invisible),
+// as a name ('/' allowed). The error wraps ErrInvalidArgument and names field.
+func ValidateKey(field, key string) error {
+	if key == "" {
+		return nil
+	}
+	if err := validateName(field, key); err != nil {
+		return err
+	}
+	return refuseInvisible(field, key)
+}
+
+func validateKey(field, key string) error { return ValidateKey(field, key) }
+
 // Invisible reports whether r is refused in new names and operator names because it is not seen
 // where it is printed, yet changes what is: Unicode's format characters (category Cf: the
 // bidirectional embeddings, overrides, isolates and marks U+202A–U+202E, U+2066–U+2069,
@@ -395,6 +413,18 @@ func (c *Client) UpdateTaskSettings(ctx context.Context, app, task string, updat
 // recorded as made by "library@" and this client's host name.
 func (c *Client) ClearOverrides(ctx context.Context, app, task string) error {
 	return c.As(Operator{}).ClearOverrides(ctx, app, task)
+}
+
+// UpdateKeySettings stores an operator's override of a named key's settings (see
+// Operations.UpdateKeySettings), recorded as made by "library@" and this client's host name.
+func (c *Client) UpdateKeySettings(ctx context.Context, app, task, key string, update KeySettingsUpdate) error {
+	return c.As(Operator{}).UpdateKeySettings(ctx, app, task, key, update)
+}
+
+// ClearKeyOverrides removes the operator's overrides of a named key (see
+// Operations.ClearKeyOverrides), recorded as made by "library@" and this client's host name.
+func (c *Client) ClearKeyOverrides(ctx context.Context, app, task, key string) error {
+	return c.As(Operator{}).ClearKeyOverrides(ctx, app, task, key)
 }
 
 // ClearOverridesBy is ClearOverrides recorded as made by the operator named by ("" means

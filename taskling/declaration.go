@@ -16,7 +16,7 @@ import (
 // in a process's life. A failure is only logged: the next start records it again.
 func (c *Client) noteDeclaration(ctx context.Context, req startReq) {
 	d := req.Declared
-	if last, ok := c.declarations.Load(req.TaskID); ok && last.(execution.Settings) == d {
+	if last, ok := c.declarations.Load(req.TaskID); ok && last.(execution.Settings).Equal(d) {
 		return
 	}
 	if err := c.admin.Declare(ctx, req.TaskID, d, c.host); err != nil {

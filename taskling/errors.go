@@ -13,6 +13,10 @@ var (
 	// ErrLimitReached: every slot of the task is held by a live execution. The attempt is recorded
 	// as a Blocked execution.
 	ErrLimitReached = errors.New("taskling: concurrency limit reached")
+	// ErrKeyLimitReached: the start's key (StartOptions.Key) holds as much as its key's limit
+	// allows, while the task has room. It wraps ErrLimitReached: errors.Is(err, ErrLimitReached)
+	// holds for it too, and the message says which limit.
+	ErrKeyLimitReached = fmt.Errorf("%w: its key's limit", ErrLimitReached)
 	// ErrTaskDisabled: the task is disabled (by its settings or an operator). No execution is
 	// recorded.
 	ErrTaskDisabled = errors.New("taskling: task is disabled")

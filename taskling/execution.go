@@ -38,6 +38,8 @@ type Execution struct {
 	heartbeats bool
 	reference  *string
 	idempotent bool
+	key        string
+	cost       int
 	// scheduledFor is the cron instant a scheduler run was claimed for (schedule.go).
 	scheduledFor time.Time
 	// submissionID and attempt: the submission this execution runs (work.go), 0 for none.
@@ -81,7 +83,7 @@ func (c *Client) newExecution(app, task string, req startReq, res execution.Acqu
 		fence: res.Fence, startedAt: res.StartedAt, settings: res.Effective, declared: declared, header: req.Header,
 		leaseTTL:   threshold - safetyMargin(declared, res.Effective),
 		heartbeats: res.Effective.KeepAlive(),
-		reference:  req.ReferenceValue, idempotent: req.Idempotent,
+		reference:  req.ReferenceValue, idempotent: req.Idempotent, key: req.Key, cost: max(req.Cost, 1),
 	}
 	if res.Attempt > 0 {
 		e.submissionID, e.attempt = req.submission, res.Attempt
@@ -156,6 +158,12 @@ func (e *Execution) SubmissionID() int64 { return e.submissionID }
 
 // Attempt is which attempt of its submission this execution is (1 for the first), or 0.
 func (e *Execution) Attempt() int { return e.attempt }
+
+// Key is the key the execution holds its slots under (StartOptions.Key; "" for none).
+func (e *Execution) Key() string { return e.key }
+
+// Cost is how many of the task's slots the execution holds (StartOptions.Cost; at least 1).
+func (e *Execution) Cost() int { return e.cost }
 
 func (e *Execution) runsSubmission() bool {
 	e.mu.Lock()

@@ -26,7 +26,8 @@ func (c *Client) LastExecutions(ctx context.Context, app, task string, n int) (_
 	}
 	out := make([]ExecutionInfo, 0, min(n, 64))
 	for _, w := range waiters[:min(n, len(waiters))] {
-		out = append(out, ExecutionInfo{ID: w.Ticket, Status: StatusWaiting, StartedAt: w.QueuedAt, Host: w.Host, Position: w.Position})
+		out = append(out, ExecutionInfo{ID: w.Ticket, Status: StatusWaiting, StartedAt: w.QueuedAt, Host: w.Host, Position: w.Position,
+			Key: w.Key, Cost: w.Cost})
 	}
 	if n -= len(out); n == 0 {
 		return out, nil

@@ -55,6 +55,7 @@ type DenyReason string
 
 const (
 	DenyLimit     DenyReason = "limit"     // every slot is held (ErrLimitReached)
+	DenyKeyLimit  DenyReason = "key_limit" // the start's key is at its limit (ErrKeyLimitReached)
 	DenyDisabled  DenyReason = "disabled"  // the task is disabled (ErrTaskDisabled)
 	DenyDuplicate DenyReason = "duplicate" // an idempotent reference already ran (ErrDuplicateReference)
 	DenyRetired   DenyReason = "retired"   // the task is retired (ErrTaskRetired)

@@ -208,6 +208,9 @@ func (c *Client) Task(ctx context.Context, app, task string) (_ TaskDetail, err 
 	if d.Slots, err = c.admin.TaskSlots(ctx, id); err != nil {
 		return TaskDetail{}, err
 	}
+	if d.Keys, d.KeysTotal, err = c.admin.TaskKeys(ctx, id, MaxKeysShown); err != nil {
+		return TaskDetail{}, err
+	}
 	st, err := c.admin.RetentionOf(ctx, id)
 	if err != nil {
 		return TaskDetail{}, err

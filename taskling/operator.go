@@ -117,6 +117,59 @@ func (o *Operations) UpdateTaskSettings(ctx context.Context, app, task string, u
 	return nil
 }
 
+// KeySettingsUpdate is an operator's override of a named key's settings: nil fields are left as
+// they are.
+type KeySettingsUpdate struct {
+	// Limit overrides the key's limit (1 to MaxConcurrencyLimit), whatever KeyLimit and the
+	// declared named keys say.
+	Limit *int
+}
+
+// UpdateKeySettings stores the operator's override of key's settings for a task (creating its row
+// if needed): the next start on every host obeys it, and waiters are woken so that a raised limit
+// admits them at once. The change is recorded in the task's audit trail (field key_limit[KEY]).
+// At most MaxNamedKeys keys of a task are overridden. See docs/keys.md.
+func (o *Operations) UpdateKeySettings(ctx context.Context, app, task, key string, update KeySettingsUpdate) (err error) {
+	defer wrapErr(&err, "update settings of key %q of %s/%s", key, app, task)
+	if err := validateOwnTask(app, task); err != nil {
+		return err
+	}
+	if err := validateKey("key", key); err != nil {
+		return err
+	}
+	if update.Limit == nil {
+		return nil
+	}
+	if err := execution.CheckNamedKeyLimit("KeySettingsUpdate.Limit", *update.Limit, "operator override"); err != nil {
+		return err
+	}
+	op, err := o.operator()
+	if err != nil {
+		return err
+	}
+	id, err := o.c.taskID(ctx, app, task)
+	if err != nil {
+		return err
+	}
+	_, err = o.c.admin.ChangeKeyOverride(ctx, id, key, update.Limit, op)
+	return err
+}
+
+// ClearKeyOverrides removes the operator's overrides of key's settings, recording it: the key
+// returns to its declared limit (or KeyLimit). Clearing a key with none does nothing.
+func (o *Operations) ClearKeyOverrides(ctx context.Context, app, task, key string) (err error) {
+	defer wrapErr(&err, "clear overrides of key %q of %s/%s", key, app, task)
+	if err := validateKey("key", key); err != nil {
+		return err
+	}
+	id, op, err := o.task(ctx, app, task, false)
+	if err != nil || id == 0 {
+		return err
+	}
+	_, err = o.c.admin.ChangeKeyOverride(ctx, id, key, nil, op)
+	return err
+}
+
 // ClearOverrides removes every operator override of a task, recording each one removed in its
 // audit trail: it returns to the settings its requesters declare. A retired task stays retired
 // (and disabled) and returns to its declared settings when unretired. Clearing the overrides of

@@ -95,6 +95,10 @@ type ScheduleOptions struct {
 	// Settings of the task's scheduled runs, over Config.Defaults and Config.Settings (operator
 	// overrides still win). The default limit of 1 makes the task a singleton.
 	Settings TaskSettings
+	// Key and Cost are the scheduled runs' (StartOptions.Key, StartOptions.Cost): an instant
+	// refused by its key's limit is handled by its Overlap policy like one refused by the task's.
+	Key  string
+	Cost int
 }
 
 // ScheduleFunc is the work of a cron task; exec.ScheduledFor() is the instant it runs for.
@@ -193,6 +197,9 @@ func (c *Client) Schedule(ctx context.Context, app, task, spec string, fn Schedu
 }
 
 func (o *ScheduleOptions) normalize() error {
+	if err := validateKeyCost("ScheduleOptions", o.Key, o.Cost); err != nil {
+		return err
+	}
 	switch {
 	case o.CatchUp < CatchUpRunLatest || o.CatchUp > CatchUpSkip:
 		return fmt.Errorf("%w: ScheduleOptions.CatchUp is %d", ErrInvalidArgument, int(o.CatchUp))

@@ -176,8 +176,8 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	}
 	req := startReq{
 		AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskID: r.taskID, TaskName: r.app + "/" + r.task,
-			Host: c.host, SessionID: session, Declared: declared}, RecordDenial: !waitForSlot},
-		claim: &execution.ScheduleClaim{Expected: row.Cursor, Events: events}, instant: instant,
+			Host: c.host, SessionID: session, Declared: declared}, RecordDenial: !waitForSlot, Key: r.opts.Key, Cost: r.opts.Cost},
+		claim: &execution.ScheduleClaim{Expected: row.Cursor, Events: events}, instant: instant, options: "ScheduleOptions",
 	}
 	// Traced once claimed: a claim another host won, or one skipped, is no run.
 	_, req.obs = c.observe(ctx, StartInfo{Application: r.app, Task: r.task, Kind: StartScheduled, At: time.Now(),

@@ -3,6 +3,8 @@ package taskling
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/taskling-go/taskling/execution"
@@ -77,7 +79,25 @@ type TaskSettings struct {
 	KeepFailed time.Duration
 	// KeepBlocked: how long a denied start (blocked execution) is kept. Default 1 day.
 	KeepBlocked time.Duration
+	// KeyLimit: at most this much cost at once per key (StartOptions.Key), 0 = no key limit (or
+	// not set here). The empty key is a key like any other. 1 to MaxConcurrencyLimit. See
+	// docs/keys.md.
+	KeyLimit int
+	// Keys are the settings of named keys: a key's Limit wins over KeyLimit. At most
+	// MaxNamedKeys keys; a layer's keys are added to those of the layers below (a key named in
+	// both takes this layer's settings).
+	Keys map[string]KeySettings
 }
+
+// KeySettings are the settings of one named key.
+type KeySettings struct {
+	// Limit: at most this much cost at once under the key, 1 to MaxConcurrencyLimit.
+	Limit int
+}
+
+// MaxNamedKeys bounds the keys named in a task's settings (TaskSettings.Keys), and those an
+// operator overrides: they are kept in the task row, which every acquire rewrites.
+const MaxNamedKeys = execution.MaxNamedKeys
 
 // over returns s with every field set in top replacing it.
 func (s TaskSettings) over(top TaskSettings) TaskSettings {
@@ -108,6 +128,17 @@ func (s TaskSettings) over(top TaskSettings) TaskSettings {
 	}
 	if top.KeepBlocked != 0 {
 		s.KeepBlocked = top.KeepBlocked
+	}
+	if top.KeyLimit != 0 {
+		s.KeyLimit = top.KeyLimit
+	}
+	if len(top.Keys) > 0 {
+		keys := maps.Clone(s.Keys)
+		if keys == nil {
+			keys = map[string]KeySettings{}
+		}
+		maps.Copy(keys, top.Keys)
+		s.Keys = keys
 	}
 	return s
 }
@@ -156,6 +187,18 @@ func (s TaskSettings) validateLayer(layer string) error {
 		return fmt.Errorf("%w: KeepFailed (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepFailed, MinKeep)
 	case s.KeepBlocked != 0 && s.KeepBlocked < MinKeep:
 		return fmt.Errorf("%w: KeepBlocked (%s) is %s; want at least %s, or KeepForever", ErrInvalidSettings, layer, s.KeepBlocked, MinKeep)
+	case s.KeyLimit < 0 || s.KeyLimit > MaxConcurrencyLimit:
+		return fmt.Errorf("%w: KeyLimit (%s) is %d; want 0 (none) or 1 to %d", ErrInvalidSettings, layer, s.KeyLimit, MaxConcurrencyLimit)
+	case len(s.Keys) > MaxNamedKeys:
+		return fmt.Errorf("%w: Keys (%s) names %d keys; at most %d allowed", ErrInvalidSettings, layer, len(s.Keys), MaxNamedKeys)
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Keys)) {
+		if err := validateKey(fmt.Sprintf("Keys[%q]", k), k); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidSettings, err)
+		}
+		if l := s.Keys[k].Limit; l < 1 || l > MaxConcurrencyLimit {
+			return fmt.Errorf("%w: Keys[%q].Limit (%s) is %d; want 1 to %d", ErrInvalidSettings, k, layer, l, MaxConcurrencyLimit)
+		}
 	}
 	for _, d := range []struct {
 		field    string
@@ -186,6 +229,13 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 		KeepAliveDeathThreshold: s.KeepAliveDeathThreshold,
 		OverrideThreshold:       s.OverrideThreshold,
 		Retention:               execution.Retention{Completed: s.KeepCompleted, Failed: s.KeepFailed, Blocked: s.KeepBlocked},
+		KeyLimit:                s.KeyLimit,
+	}
+	if len(s.Keys) > 0 {
+		es.KeyLimits = make(map[string]int, len(s.Keys))
+		for k, ks := range s.Keys {
+			es.KeyLimits[k] = ks.Limit
+		}
 	}
 	if err := es.Validate(layer); err != nil {
 		return es, err
@@ -248,6 +298,7 @@ func retentionOverrides(u SettingsUpdate) execution.RetentionOverrides {
 // overrides are u's other settings as the store takes them.
 func overrides(u SettingsUpdate) execution.Overrides {
 	o := execution.Overrides{
+		KeyLimit:                u.KeyLimit,
 		ConcurrencyLimit:        u.ConcurrencyLimit,
 		Enabled:                 u.Enabled,
 		KeepAliveInterval:       u.KeepAliveInterval,

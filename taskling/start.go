@@ -48,10 +48,30 @@ type StartOptions struct {
 	WaitForSlot bool
 	// Priority orders waiters (WaitForSlot): higher first, oldest first within a priority.
 	Priority int
+	// Key is who the run is for (a tenant, a customer): the task's KeyLimit (or the key's own
+	// limit) bounds the cost its runs hold at once, and waiters of different keys take turns
+	// (docs/keys.md). At most MaxKeyLength bytes, as ValidateKey checks; "" is no key, which is
+	// a key like any other under a KeyLimit.
+	Key string
+	// Cost is how many of the task's slots the run takes: 0 means 1; at most the task's limit
+	// and its key's limit, or the start fails with ErrInvalidArgument naming it.
+	Cost int
+}
+
+// validateKeyCost checks a start's key and cost, naming the fields of options ("StartOptions").
+func validateKeyCost(options, key string, cost int) error {
+	if err := validateKey(options+".Key", key); err != nil {
+		return err
+	}
+	if cost < 0 || cost > MaxConcurrencyLimit {
+		return fmt.Errorf("%w: %s.Cost is %d; want 1 to %d (0: 1)", ErrInvalidArgument, options, cost, MaxConcurrencyLimit)
+	}
+	return nil
 }
 
 // startExtra is what the library's own starts pass beside their StartOptions.
 type startExtra struct {
+	options      string        // the options' type, for errors: "StartOptions" unless set
 	submission   int64         // a claimed submission whose attempt the grant starts (work.go)
 	storedHeader []byte        // the submission's header as stored: jsonb's text, passed as is (work.go)
 	section      *TaskSettings // a critical section's start: these settings, not the task's (section.go)
@@ -101,8 +121,14 @@ func (c *Client) request(ctx context.Context, app, task string, opts *StartOptio
 	if err := validate(app, task); err != nil {
 		return nil, err
 	}
+	if x.options == "" {
+		x.options = "StartOptions"
+	}
+	if err := validateKeyCost(x.options, opts.Key, opts.Cost); err != nil {
+		return nil, err
+	}
 	req := startReq{AcquireRequest: execution.AcquireRequest{Requester: execution.Requester{TaskName: app + "/" + task, Host: c.host},
-		Idempotent: opts.Idempotent}, submission: x.submission, obs: obs}
+		Idempotent: opts.Idempotent, Key: opts.Key, Cost: opts.Cost}, submission: x.submission, obs: obs, options: x.options}
 	var err error
 	if opts.ReferenceValue != "" {
 		if err := validateText("StartOptions.ReferenceValue", opts.ReferenceValue, MaxReferenceValueLength); err != nil {
@@ -181,13 +207,38 @@ func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (e
 		return res, fmt.Errorf("%w: %s", ErrTaskDisabled, req.TaskName)
 	case execution.DeniedDuplicate:
 		return res, fmt.Errorf("%w: %s reference %q (attempt recorded as execution %d)", ErrDuplicateReference, req.TaskName, *req.ReferenceValue, res.ExecutionID)
-	case execution.DeniedLimit:
-		if res.ExecutionID != 0 {
-			return res, fmt.Errorf("%w: %s has %d slots in use (attempt recorded as execution %d)", ErrLimitReached, req.TaskName, res.Effective.ConcurrencyLimit, res.ExecutionID)
-		}
-		return res, fmt.Errorf("%w: %s has %d slots in use", ErrLimitReached, req.TaskName, res.Effective.ConcurrencyLimit)
+	case execution.DeniedLimit, execution.DeniedKeyLimit:
+		return res, limitError(req, res)
 	}
 	return res, nil
+}
+
+// limitError is the error of a start denied by the task's limit or its key's, or refused for a
+// cost above one of them: ErrInvalidArgument naming the cost when the start was new, else (the
+// limit was lowered below a queued ticket's cost) ErrLimitReached naming the limit.
+func limitError(req startReq, res execution.AcquireResult) error {
+	recorded := ""
+	if res.ExecutionID != 0 {
+		recorded = fmt.Sprintf(" (attempt recorded as execution %d)", res.ExecutionID)
+	}
+	if u := res.Unfit; u != nil {
+		limit := fmt.Sprintf("the task's limit %d", u.Value)
+		if u.Limit == execution.UnfitKey {
+			limit = fmt.Sprintf("the limit %d of key %q", u.Value, req.Key)
+		}
+		if req.ticket() == 0 {
+			return fmt.Errorf("%w: %s.Cost is %d; above %s of %s", ErrInvalidArgument, req.options, u.Cost, limit, req.TaskName)
+		}
+		sentinel := ErrLimitReached
+		if u.Limit == execution.UnfitKey {
+			sentinel = ErrKeyLimitReached
+		}
+		return fmt.Errorf("%w: %s: cost %d no longer fits %s (lowered while it waited)", sentinel, req.TaskName, u.Cost, limit)
+	}
+	if res.Denied == execution.DeniedKeyLimit {
+		return fmt.Errorf("%w: %s: key %q is at its limit %d%s", ErrKeyLimitReached, req.TaskName, req.Key, res.KeyLimit, recorded)
+	}
+	return fmt.Errorf("%w: %s has %d slots in use%s", ErrLimitReached, req.TaskName, res.Effective.ConcurrencyLimit, recorded)
 }
 
 func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq, settings TaskSettings) (*Execution, error) {
@@ -231,6 +282,13 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq
 		if err == nil {
 			granted = true
 			return c.newExecution(app, task, req, res, settings, ctx), nil
+		}
+		if res.Unfit != nil { // its cost exceeds a limit: waiting cannot help
+			if req.ticket() != 0 {
+				req.setTicket(0) // the decision dropped it
+				return nil, c.recordUnfit(ctx, app, task, req, res, err)
+			}
+			return nil, err
 		}
 		if res.Ticket != 0 {
 			req.obs.queue(res.QueuedAt, res.Position)
@@ -350,6 +408,22 @@ func (c *Client) leave(ctx context.Context, req startReq) {
 	}
 }
 
+// recordUnfit records, once, as a Blocked execution, a wait ended because a limit was lowered below
+// its cost, and returns err (which says so).
+func (c *Client) recordUnfit(ctx context.Context, app, task string, req startReq, res execution.AcquireResult, err error) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, rerr := c.store.RecordBlocked(rctx, req.AcquireRequest, cleanText(err.Error())); rerr != nil {
+		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(rerr))
+	}
+	reason := DenyLimit
+	if res.Unfit.Limit == execution.UnfitKey {
+		reason = DenyKeyLimit
+	}
+	c.hooks.denied(app, task, reason)
+	return err
+}
+
 // recordGaveUp records a wait that ended with its context, once, as a Blocked execution.
 func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startReq, lastErr error) error {
 	cause := context.Cause(ctx)
@@ -360,8 +434,12 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startRe
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
-		c.hooks.denied(app, task, DenyLimit)
-		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrLimitReached, req.TaskName, id, cause)
+		reason, sentinel := DenyLimit, ErrLimitReached
+		if errors.Is(lastErr, ErrKeyLimitReached) {
+			reason, sentinel = DenyKeyLimit, ErrKeyLimitReached
+		}
+		c.hooks.denied(app, task, reason)
+		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", sentinel, req.TaskName, id, cause)
 	}
 	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)
 }
@@ -387,6 +465,8 @@ func (c *Client) report(app, task string, req startReq, res execution.AcquireRes
 		c.hooks.denied(app, task, DenyDisabled)
 	case res.Denied == execution.DeniedDuplicate:
 		c.hooks.denied(app, task, DenyDuplicate)
+	case req.RecordDenial && res.Denied == execution.DeniedKeyLimit:
+		c.hooks.denied(app, task, DenyKeyLimit)
 	case req.RecordDenial: // a waiter's limit denials are counted when it gives up
 		c.hooks.denied(app, task, DenyLimit)
 	}

@@ -55,6 +55,12 @@ type SubmitOptions struct {
 	// trace links (see package tasklingotel). Zero: the one a hook reads from Submit's context
 	// (Hooks.TraceContext), if any. Checked by ValidateTraceContext.
 	TraceContext TraceContext
+	// Key and Cost are the attempts' (StartOptions.Key, StartOptions.Cost): Work claims only
+	// submissions whose key has room, and their waits take turns across keys (docs/keys.md). An
+	// attempt whose cost exceeds the task's or its key's limit costs an attempt, refused naming
+	// SubmitOptions.Cost.
+	Key  string
+	Cost int
 }
 
 // Submit stores a request to run app/task and returns its id at once; its status is waiting
@@ -102,7 +108,10 @@ func (c *Client) newSubmission(ctx context.Context, app, task string, opts *Subm
 	if opts == nil {
 		opts = &SubmitOptions{}
 	}
-	sub.Priority, sub.MaxAttempts = opts.Priority, opts.MaxAttempts
+	if err := validateKeyCost("SubmitOptions", opts.Key, opts.Cost); err != nil {
+		return sub, err
+	}
+	sub.Priority, sub.MaxAttempts, sub.Key, sub.Cost = opts.Priority, opts.MaxAttempts, opts.Key, max(opts.Cost, 1)
 	switch {
 	case sub.MaxAttempts == 0:
 		sub.MaxAttempts = DefaultMaxAttempts

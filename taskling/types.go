@@ -64,6 +64,10 @@ type (
 	Slot = tasklingtype.Slot
 	// Holder is the execution a slot was granted to, judged on the database clock.
 	Holder = tasklingtype.Holder
+	// KeyInfo is one key of a task: its holders, cost in use, waiters and limit.
+	KeyInfo = tasklingtype.KeyInfo
+	// KeyLimitSource says where a key's limit comes from.
+	KeyLimitSource = tasklingtype.KeyLimitSource
 	// TaskRetention is a task's retention: what is in force, where it comes from, and its
 	// cleanups.
 	TaskRetention = tasklingtype.TaskRetention
@@ -85,6 +89,17 @@ const (
 	LimitSourceDeclared LimitSource = tasklingtype.LimitSourceDeclared
 	LimitSourceNone     LimitSource = tasklingtype.LimitSourceNone
 )
+
+const (
+	KeySourceOverride         KeyLimitSource = tasklingtype.KeySourceOverride
+	KeySourceKeyLimitOverride KeyLimitSource = tasklingtype.KeySourceKeyLimitOverride
+	KeySourceDeclaredKey      KeyLimitSource = tasklingtype.KeySourceDeclaredKey
+	KeySourceDeclared         KeyLimitSource = tasklingtype.KeySourceDeclared
+	KeySourceNone             KeyLimitSource = tasklingtype.KeySourceNone
+)
+
+// MaxKeysShown bounds TaskDetail.Keys.
+const MaxKeysShown = tasklingtype.MaxKeysShown
 
 const (
 	SlotHeld      SlotStatus = tasklingtype.SlotHeld

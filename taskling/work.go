@@ -172,7 +172,7 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 		return false, nil
 	}
 	defer c.drain.done()
-	settings, _, err := c.declared(stopCtx, w.app, w.task)
+	settings, declared, err := c.declared(stopCtx, w.app, w.task)
 	if err != nil {
 		return false, err
 	}
@@ -183,15 +183,15 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	// The claim lives by this session's heartbeats, kept going while this worker waits.
 	c.hb.addWaiter(settings.KeepAliveInterval)
 	defer c.hb.removeWaiter(settings.KeepAliveInterval)
-	sub, err := w.claims.take(stopCtx, w, session, settings.KeepAliveDeathThreshold)
+	sub, err := w.claims.take(stopCtx, w, session, settings.KeepAliveDeathThreshold, declared)
 	if err != nil || sub == nil {
 		return false, err
 	}
-	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority}
+	opts := &StartOptions{WaitForSlot: true, Priority: sub.Priority, Key: sub.Key, Cost: sub.Cost}
 	if sub.Reference != nil {
 		opts.ReferenceValue = *sub.Reference
 	}
-	exec, err := c.start(stopCtx, w.app, w.task, opts, startExtra{submission: sub.ID, storedHeader: sub.Header,
+	exec, err := c.start(stopCtx, w.app, w.task, opts, startExtra{options: "SubmitOptions", submission: sub.ID, storedHeader: sub.Header,
 		submittedAt: sub.SubmittedAt, trace: sub.Trace()})
 	if err != nil && stopCtx.Err() == nil && refusesItsRow(err) {
 		// Given back, it would be first in line again and fail the same way, forever: it costs
@@ -249,7 +249,7 @@ type claimBuffer struct {
 
 // take returns the next claimed submission, claiming a batch when none is left; nil when there
 // is nothing to claim.
-func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration) (*submitstore.ClaimedSubmission, error) {
+func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration, declared execution.Settings) (*submitstore.ClaimedSubmission, error) {
 	b.asking.Add(1)
 	defer b.asking.Add(-1)
 	asked := time.Now()
@@ -260,7 +260,7 @@ func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, thresh
 			return nil, nil // a claim that began after this worker asked found nothing
 		}
 		began := time.Now()
-		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()))
+		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()), declared)
 		if err != nil || len(subs) == 0 {
 			if err == nil {
 				b.lastEmpty = began

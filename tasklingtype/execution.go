@@ -49,8 +49,12 @@ type ExecutionInfo struct {
 	// ScheduledFor is the cron instant a scheduler run (or a Blocked overlap-skipped instant)
 	// was for; zero for other executions.
 	ScheduledFor time.Time
-	// Position is a waiting start's place in the queue for a slot (1: next); 0 otherwise.
+	// Position is a waiting start's place in the queue for a slot (1: next); 0 otherwise. A
+	// keyed waiter's is its place in its key's line.
 	Position int
+	// Key and Cost are the start's (StartOptions.Key, StartOptions.Cost): "" is no key.
+	Key  string
+	Cost int
 }
 
 // ExecutionRef names an execution with its status.
@@ -99,6 +103,9 @@ type TimelineBar struct {
 	// ReclaimedAt is when another requester took its slot, judging it dead (zero if never).
 	ReclaimedAt  time.Time
 	FencingToken int64
+	// Key and Cost are the execution's: it held Cost slots under Key.
+	Key  string
+	Cost int
 }
 
 // TimelineMinute is the grants (starts that got a slot), denials (blocked starts) and reclaims

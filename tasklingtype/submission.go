@@ -28,8 +28,11 @@ type Submission struct {
 	Task        string           `json:"task"`
 	Status      SubmissionStatus `json:"status"`
 	// Position in the task's queue of waiting submissions (1 = next); 0 unless waiting.
-	Position       int             `json:"position"`
-	Priority       int             `json:"priority"`
+	Position int `json:"position"`
+	Priority int `json:"priority"`
+	// Key and Cost are the submission's (SubmitOptions): "" is no key.
+	Key            string          `json:"key,omitempty"`
+	Cost           int             `json:"cost"`
 	ReferenceValue string          `json:"reference_value,omitempty"`
 	Header         json.RawMessage `json:"header,omitempty"`
 	// HeaderError says why Header is nil although the submission has one: encoding/json cannot

@@ -63,6 +63,12 @@ type TaskInfo struct {
 	// is when the oldest of them queued (database clock; zero if none).
 	Waiting         int
 	OldestWaitSince time.Time
+	// KeyLimit is every key's limit in force (0: none), from KeyLimitSource: the operator's
+	// override of KeyLimit, else what the last requester declared. Named keys may have their own
+	// (TaskDetail.Keys). KeysWaiting counts the keys with live waiters.
+	KeyLimit       int
+	KeyLimitSource LimitSource
+	KeysWaiting    int
 	// Retired is when and by whom the task was retired (nil if it is not: see RetireTask);
 	// HasSchedule says it has a schedule (Schedule), ScheduleRetired when that was retired.
 	Retired         *Retirement
@@ -89,6 +95,11 @@ type Retirement struct {
 type TaskDetail struct {
 	TaskInfo
 	Slots []Slot
+	// Keys are the task's busiest keys — most cost in use first, then most waiters — and its
+	// named keys (those with a limit of their own), at most MaxKeysShown; KeysTotal counts them
+	// all.
+	Keys      []KeyInfo
+	KeysTotal int
 	// Retention is how long the task's history is kept and when it was last cleaned.
 	Retention TaskRetention
 }
@@ -108,6 +119,37 @@ type TaskRetention struct {
 	CleaningBy  string
 	RowsDeleted int64
 }
+
+// MaxKeysShown bounds TaskDetail.Keys.
+const MaxKeysShown = 50
+
+// KeyInfo is one key of a task: its live holders and the cost they hold, its live waiters, its
+// limit in force (0: none) and where that comes from.
+type KeyInfo struct {
+	Key         string
+	Holders     int
+	CostInUse   int
+	Waiting     int
+	Limit       int
+	LimitSource KeyLimitSource
+}
+
+// KeyLimitSource says where a key's limit comes from.
+type KeyLimitSource string
+
+const (
+	// KeySourceOverride: the operator's override of the key (UpdateKeySettings).
+	KeySourceOverride KeyLimitSource = "override"
+	// KeySourceKeyLimitOverride: the operator's override of KeyLimit (SettingsUpdate.KeyLimit).
+	KeySourceKeyLimitOverride KeyLimitSource = "override_key_limit"
+	// KeySourceDeclaredKey: the key's own limit as the last requester declared it
+	// (TaskSettings.Keys).
+	KeySourceDeclaredKey KeyLimitSource = "declared_key"
+	// KeySourceDeclared: KeyLimit as the last requester declared it.
+	KeySourceDeclared KeyLimitSource = "declared"
+	// KeySourceNone: no key limit.
+	KeySourceNone KeyLimitSource = "none"
+)
 
 // Retention is how long a task's history is kept, by outcome (see TaskSettings.KeepCompleted).
 type Retention struct {
@@ -208,6 +250,9 @@ type SettingsUpdate struct {
 	KeepAliveInterval       *time.Duration
 	KeepAliveDeathThreshold *time.Duration
 	OverrideThreshold       *time.Duration
+	// KeyLimit overrides every key's limit (see TaskSettings.KeyLimit): 0 for no key limit.
+	// Named keys are overridden one by one (UpdateKeySettings).
+	KeyLimit *int
 	// Keep settings (see TaskSettings.KeepCompleted): how long cleanup keeps the task's history.
 	KeepCompleted *time.Duration
 	KeepFailed    *time.Duration

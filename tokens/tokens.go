@@ -75,6 +75,14 @@ var errDuplicateID = errors.New("tokens: newID returned a token id already in th
 // It returns the new list and the dead holders whose tokens were removed, so the caller can
 // mark them reclaimed. newID makes the ids of new tokens (nil means uuid.New).
 func (l List) Adjust(limit int, alive Liveness, adopt []int64, newID func() uuid.UUID) (List, []int64, error) {
+	return l.AdjustCosts(limit, alive, adopt, nil, newID)
+}
+
+// AdjustCosts is Adjust where an adopted execution takes cost(id) tokens (nil: 1 each), the
+// first ones Held up to the limit and the rest Retiring. A holder of several tokens is reclaimed
+// whole: when one of its tokens is removed, the others become Available (and may be removed in
+// turn), so a dead holder never keeps part of its slots.
+func (l List) AdjustCosts(limit int, alive Liveness, adopt []int64, cost func(int64) int, newID func() uuid.UUID) (List, []int64, error) {
 	if limit != -1 && limit < 1 {
 		return l, nil, fmt.Errorf("%w: %d (want -1 for unlimited, or at least 1)", ErrInvalidLimit, limit)
 	}
@@ -103,7 +111,7 @@ func (l List) Adjust(limit int, alive Liveness, adopt []int64, newID func() uuid
 			return l, nil, nil
 		}
 		for _, t := range l.Tokens {
-			if t.holds() && t.Grantee != 0 && !alive(t.Grantee) {
+			if t.holds() && t.Grantee != 0 && !alive(t.Grantee) && !slices.Contains(reclaimed, t.Grantee) {
 				reclaimed = append(reclaimed, t.Grantee)
 			}
 		}
@@ -116,11 +124,17 @@ func (l List) Adjust(limit int, alive Liveness, adopt []int64, newID func() uuid
 				continue // adopting a dead execution would only make a free slot look busy
 			}
 			seen[id] = true
-			s := Held
-			if len(out) >= limit {
-				s = Retiring
+			n := 1
+			if cost != nil {
+				n = max(cost(id), 1)
 			}
-			out = append(out, fresh(s, id))
+			for range n {
+				s := Held
+				if len(out) >= limit {
+					s = Retiring
+				}
+				out = append(out, fresh(s, id))
+			}
 		}
 		for len(out) < limit {
 			out = append(out, fresh(Available, 0))
@@ -128,18 +142,27 @@ func (l List) Adjust(limit int, alive Liveness, adopt []int64, newID func() uuid
 
 	default:
 		out = make([]Token, 0, max(len(l.Tokens), limit))
+		dead := map[int64]bool{} // holders with a Retiring token that are dead: reclaimed whole
 		for _, t := range l.Tokens {
 			if t.Status == Retiring && !alive(t.Grantee) {
-				reclaimed = appendNonZero(reclaimed, t.Grantee)
+				if !dead[t.Grantee] {
+					reclaimed = appendNonZero(reclaimed, t.Grantee)
+				}
+				dead[t.Grantee] = true
 				continue
 			}
 			out = append(out, t)
 		}
-		var dropped []Token
+		freeTokensOf(out, dead)
 		out, _ = removeFirst(out, len(out)-limit, func(t Token) bool { return t.Status == Available })
-		out, dropped = removeFirst(out, len(out)-limit, func(t Token) bool { return t.Status == Held && !alive(t.Grantee) })
-		for _, t := range dropped {
-			reclaimed = appendNonZero(reclaimed, t.Grantee)
+		for len(out) > limit {
+			i := slices.IndexFunc(out, func(t Token) bool { return t.Status == Held && !alive(t.Grantee) })
+			if i < 0 {
+				break
+			}
+			reclaimed = appendNonZero(reclaimed, out[i].Grantee)
+			freeTokensOf(out, map[int64]bool{out[i].Grantee: true})
+			out, _ = removeFirst(out, len(out)-limit, func(t Token) bool { return t.Status == Available })
 		}
 		for len(out) < limit {
 			out = append(out, fresh(Available, 0))
@@ -150,6 +173,19 @@ func (l List) Adjust(limit int, alive Liveness, adopt []int64, newID func() uuid
 		return l, nil, idErr
 	}
 	return List{Tokens: out}, reclaimed, nil
+}
+
+// freeTokensOf makes the Held tokens of the holders in gone Available (their Retiring ones are
+// already dropped): a holder is reclaimed whole.
+func freeTokensOf(ts []Token, gone map[int64]bool) {
+	if len(gone) == 0 {
+		return
+	}
+	for i := range ts {
+		if ts[i].Status == Held && gone[ts[i].Grantee] {
+			ts[i].Status = Available
+		}
+	}
 }
 
 // removeFirst removes up to n tokens matching drop, in list order.
@@ -209,41 +245,84 @@ type GrantResult struct {
 // and a limited list that still has Retiring tokens denies every request: it is over its limit
 // until they are returned or Adjust drops or re-admits them.
 func (l List) Grant(execID int64, alive Liveness) (List, GrantResult) {
-	i := -1
-	switch {
-	case execID <= 0:
-	case l.IsUnlimited():
-		i = 0
-	case slices.ContainsFunc(l.Tokens, func(t Token) bool { return t.Status == Retiring }):
-	default:
-		if i = slices.IndexFunc(l.Tokens, func(t Token) bool { return t.Status == Available }); i < 0 {
-			i = slices.IndexFunc(l.Tokens, func(t Token) bool { return t.Status == Held && !alive(t.Grantee) })
-		}
+	out, g := l.GrantN(execID, 1, alive)
+	if !g.Granted {
+		return out, GrantResult{}
 	}
-	if i < 0 {
-		return l, GrantResult{}
+	res := GrantResult{Granted: true, TokenID: g.TokenIDs[0]}
+	if len(g.Reclaimed) > 0 {
+		res.Reclaimed = g.Reclaimed[0]
 	}
-	out := l.clone()
-	t := &out.Tokens[i]
-	res := GrantResult{Granted: true, TokenID: t.ID}
-	if t.Status == Held {
-		res.Reclaimed = t.Grantee
-	}
-	if t.Status != Unlimited {
-		t.Status = Held
-	}
-	t.Grantee = execID
 	return out, res
 }
 
-// Return gives back the slot execID holds and reports whether execID still held it; false
-// means the slot was reclaimed or removed, and the caller reports the lease as lost.
+// GrantNResult is the outcome of GrantN.
+type GrantNResult struct {
+	Granted bool
+	// TokenIDs are the tokens granted, in list order: the first is the one an execution row
+	// names. An unlimited list grants its one token.
+	TokenIDs []uuid.UUID
+	// Reclaimed are the dead holders whose tokens were taken (every token of each).
+	Reclaimed []int64
+}
+
+// GrantN gives execID n slots (a cost of n), all or none: Available tokens first, in list order,
+// then, while that is not enough, every token of the first dead holder (so a dead holder's
+// tokens go together). On an unlimited list it grants the shared token, as Grant does. Like
+// Grant, it denies every request while the list has Retiring tokens.
+func (l List) GrantN(execID int64, n int, alive Liveness) (List, GrantNResult) {
+	switch {
+	case execID <= 0 || n < 1:
+		return l, GrantNResult{}
+	case l.IsUnlimited():
+		out := l.clone()
+		out.Tokens[0].Grantee = execID
+		return out, GrantNResult{Granted: true, TokenIDs: []uuid.UUID{out.Tokens[0].ID}}
+	case n > len(l.Tokens) || slices.ContainsFunc(l.Tokens, func(t Token) bool { return t.Status == Retiring }):
+		return l, GrantNResult{}
+	}
+	out := l.clone()
+	var res GrantNResult
+	for count(out.Tokens, Available) < n {
+		i := slices.IndexFunc(out.Tokens, func(t Token) bool { return t.Status == Held && !alive(t.Grantee) })
+		if i < 0 {
+			return l, GrantNResult{}
+		}
+		res.Reclaimed = append(res.Reclaimed, out.Tokens[i].Grantee)
+		freeTokensOf(out.Tokens, map[int64]bool{out.Tokens[i].Grantee: true})
+	}
+	for i := range out.Tokens {
+		if len(res.TokenIDs) == n {
+			break
+		}
+		if t := &out.Tokens[i]; t.Status == Available {
+			t.Status, t.Grantee = Held, execID
+			res.TokenIDs = append(res.TokenIDs, t.ID)
+		}
+	}
+	res.Granted = true
+	return out, res
+}
+
+func count(ts []Token, s Status) int {
+	n := 0
+	for _, t := range ts {
+		if t.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Return gives back the slots execID holds and reports whether execID still held them; false
+// means they were reclaimed or removed, and the caller reports the lease as lost.
 //
-// The token tokenID is returned only if its Grantee is execID and it is Held (it becomes
-// Available) or Retiring (it is removed). If tokenID is no longer in the list, the Held or
-// Retiring token granted to execID is returned instead: switching from unlimited to a limit
-// gives adopted executions new token ids. Returning to an Unlimited list always succeeds and
-// changes nothing, also when tokenID vanished because the list became unlimited.
+// The token tokenID is checked: it must be Held or Retiring with Grantee execID. If tokenID is no
+// longer in the list, a Held or Retiring token granted to execID is checked instead: switching
+// from unlimited to a limit gives adopted executions new token ids. Then every token execID holds
+// goes back (a cost of several slots returns them all): Held ones become Available, Retiring ones
+// are removed. Returning to an Unlimited list always succeeds and changes nothing, also when
+// tokenID vanished because the list became unlimited.
 func (l List) Return(tokenID uuid.UUID, execID int64) (List, bool) {
 	if l.IsUnlimited() {
 		return l, true
@@ -255,24 +334,43 @@ func (l List) Return(tokenID uuid.UUID, execID int64) (List, bool) {
 	if execID <= 0 || i < 0 || !l.Tokens[i].holds() || l.Tokens[i].Grantee != execID {
 		return l, false
 	}
-	out := l.clone()
-	if out.Tokens[i].Status == Retiring {
-		out.Tokens = slices.Delete(out.Tokens, i, i+1)
-	} else {
-		out.Tokens[i].Status = Available
+	out := List{Tokens: make([]Token, 0, len(l.Tokens))}
+	for _, t := range l.Tokens {
+		switch {
+		case !t.holds() || t.Grantee != execID:
+		case t.Status == Retiring:
+			continue
+		default:
+			t.Status = Available
+		}
+		out.Tokens = append(out.Tokens, t)
 	}
 	return out, true
 }
 
-// Grantees returns the non-zero grantees of Held and Retiring tokens, in list order.
+// Grantees returns the non-zero grantees of Held and Retiring tokens, in list order, each once
+// (a holder of several tokens appears at its first).
 func (l List) Grantees() []int64 {
 	var ids []int64
+	seen := make(map[int64]bool, len(l.Tokens))
 	for _, t := range l.Tokens {
-		if t.holds() {
-			ids = appendNonZero(ids, t.Grantee)
+		if t.holds() && t.Grantee != 0 && !seen[t.Grantee] {
+			seen[t.Grantee] = true
+			ids = append(ids, t.Grantee)
 		}
 	}
 	return ids
+}
+
+// Costs returns, for each grantee of Held and Retiring tokens, how many it holds.
+func (l List) Costs() map[int64]int {
+	out := map[int64]int{}
+	for _, t := range l.Tokens {
+		if t.holds() && t.Grantee != 0 {
+			out[t.Grantee]++
+		}
+	}
+	return out
 }
 
 // IsUnlimited reports whether the list is the single shared token of an unlimited task.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -75,13 +76,22 @@ func printExecutions(e *env, xs []httpapi.Execution) error {
 		_, err := fmt.Fprintln(e.stdout, "No executions.")
 		return err
 	}
-	t := newTable(e.stdout, "ID", "STATUS", "STARTED", "HOST", "REFERENCE", "PROGRESS", "FENCE")
+	keyed := slices.ContainsFunc(xs, func(x httpapi.Execution) bool { return x.Key != "" || x.Cost > 1 })
+	header := []string{"ID", "STATUS", "STARTED", "HOST", "REFERENCE", "PROGRESS", "FENCE"}
+	if keyed {
+		header = append(header, "KEY", "COST")
+	}
+	t := newTable(e.stdout, header...)
 	for _, x := range xs {
 		fence := "-"
 		if x.FencingToken != nil {
 			fence = fmt.Sprint(*x.FencingToken)
 		}
-		t.row(fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(deref(x.ReferenceValue)), progress(x.ItemsDone, x.ItemsTotal), fence)
+		cells := []string{fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(deref(x.ReferenceValue)), progress(x.ItemsDone, x.ItemsTotal), fence}
+		if keyed {
+			cells = append(cells, fmt.Sprintf("%q", x.Key), fmt.Sprint(x.Cost))
+		}
+		t.row(cells...)
 	}
 	return t.flush()
 }
@@ -97,6 +107,9 @@ func printExecution(e *env, x httpapi.Execution) error {
 	}
 	if x.FencingToken != nil {
 		fmt.Fprintf(w, "Fence:     %d\n", *x.FencingToken)
+	}
+	if x.Key != "" || x.Cost > 1 {
+		fmt.Fprintf(w, "Key:       %s (cost %d)\n", terminalSafe(fmt.Sprintf("%q", x.Key)), x.Cost)
 	}
 	fmt.Fprintf(w, "Progress:  %s\n", progress(x.ItemsDone, x.ItemsTotal))
 	fmt.Fprintf(w, "Reference: %s\n", terminalSafe(orDash(deref(x.ReferenceValue))))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -17,7 +18,8 @@ import (
 
 // submitFlags names the CLI flag of each field of the API's submit body, so that one validation
 // (httpapi.SubmitRequest) serves both with the right name in the error.
-var submitFlags = map[string]string{"header": "--header", "reference_value": "--reference", "priority": "--priority", "max_attempts": "--max-attempts"}
+var submitFlags = map[string]string{"header": "--header", "reference_value": "--reference", "priority": "--priority", "max_attempts": "--max-attempts",
+	"key": "--key", "cost": "--cost"}
 
 func newSubmitCommand(e *env) *cobra.Command {
 	var (
@@ -25,9 +27,11 @@ func newSubmitCommand(e *env) *cobra.Command {
 		reference   string
 		priority    int
 		maxAttempts int
+		key         string
+		cost        int
 	)
 	cmd := &cobra.Command{
-		Use:   "submit APP/TASK [--header JSON] [--reference R] [--priority N] [--max-attempts N]",
+		Use:   "submit APP/TASK [--header JSON] [--reference R] [--priority N] [--max-attempts N] [--key K] [--cost N]",
 		Short: "Queue a run of a task for the hosts running Work; prints its id",
 		Long: `Queue a run of APP/TASK and print its submission id; a host running client.Work for the task
 takes it (highest priority first, oldest first within a priority) and runs it in a slot of the
@@ -61,6 +65,12 @@ Follow it with 'taskling submissions show ID'.`,
 		if flags.Changed("max-attempts") {
 			req.MaxAttempts = &maxAttempts
 		}
+		if flags.Changed("key") {
+			req.Key = &key
+		}
+		if flags.Changed("cost") {
+			req.Cost = &cost
+		}
 		opts, err := req.Options()
 		if err != nil {
 			var fe *httpapi.FieldError
@@ -85,6 +95,8 @@ Follow it with 'taskling submissions show ID'.`,
 	cmd.Flags().StringVar(&reference, "reference", "", "reference value: a second submit with the same one queues nothing")
 	cmd.Flags().IntVar(&priority, "priority", 0, "higher runs first")
 	cmd.Flags().IntVar(&maxAttempts, "max-attempts", taskling.DefaultMaxAttempts, "attempts before it is dead: 1 to 1000")
+	cmd.Flags().StringVar(&key, "key", "", "the key its attempts run under (a tenant): its key's limit bounds them (docs/keys.md)")
+	cmd.Flags().IntVar(&cost, "cost", 1, "the task's slots each attempt takes")
 	return cmd
 }
 
@@ -191,14 +203,23 @@ func printSubmissions(e *env, subs []taskling.Submission) error {
 		_, err := fmt.Fprintln(e.stdout, "No submissions.")
 		return err
 	}
-	t := newTable(e.stdout, "ID", "STATUS", "POSITION", "PRIORITY", "ATTEMPTS", "PROGRESS", "REFERENCE", "SUBMITTED", "LAST ERROR")
+	keyed := slices.ContainsFunc(subs, func(s taskling.Submission) bool { return s.Key != "" || s.Cost > 1 })
+	header := []string{"ID", "STATUS", "POSITION", "PRIORITY", "ATTEMPTS", "PROGRESS", "REFERENCE", "SUBMITTED", "LAST ERROR"}
+	if keyed {
+		header = append(header, "KEY", "COST")
+	}
+	t := newTable(e.stdout, header...)
 	for _, s := range subs {
 		position := "-"
 		if s.Position > 0 {
 			position = fmt.Sprint(s.Position)
 		}
-		t.row(fmt.Sprint(s.ID), submissionStatusText(s), position, fmt.Sprint(s.Priority), fmt.Sprintf("%d/%d", s.Attempts, s.MaxAttempts),
-			submissionProgress(s), orDash(s.ReferenceValue), clock(s.SubmittedAt), orDash(shorten(s.LastError, 60)))
+		cells := []string{fmt.Sprint(s.ID), submissionStatusText(s), position, fmt.Sprint(s.Priority), fmt.Sprintf("%d/%d", s.Attempts, s.MaxAttempts),
+			submissionProgress(s), orDash(s.ReferenceValue), clock(s.SubmittedAt), orDash(shorten(s.LastError, 60))}
+		if keyed {
+			cells = append(cells, fmt.Sprintf("%q", s.Key), fmt.Sprint(s.Cost))
+		}
+		t.row(cells...)
 	}
 	return t.flush()
 }

@@ -55,7 +55,8 @@ func newTasksCommand(e *env) *cobra.Command {
 			return e.showTask(ctx, c, app, task)
 		})
 	}
-	cmd.AddCommand(newTasksListCommand(e), show, newTasksSetCommand(e), clear, newTasksRetireCommand(e, true), newTasksRetireCommand(e, false), newTasksChangesCommand(e))
+	cmd.AddCommand(newTasksListCommand(e), show, newTasksSetCommand(e), clear, newTasksRetireCommand(e, true), newTasksRetireCommand(e, false), newTasksChangesCommand(e),
+		newTasksKeysCommand(e))
 	return cmd
 }
 
@@ -112,6 +113,7 @@ last line gives the --cursor that lists them.`,
 func newTasksSetCommand(e *env) *cobra.Command {
 	var (
 		limit     int
+		keyLimit  int
 		disable   bool
 		enable    bool
 		threshold time.Duration
@@ -119,7 +121,7 @@ func newTasksSetCommand(e *env) *cobra.Command {
 		by        string
 	)
 	cmd := &cobra.Command{
-		Use:   "set APP/TASK [--limit N] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
+		Use:   "set APP/TASK [--limit N] [--key-limit N] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
 		Short: "Store operator overrides; the next start on every host obeys them",
 		Long: `Store operator overrides in the task's row. They win over every host's declared settings
 until 'taskling tasks clear'; the next start on every host obeys them. Lowering the limit
@@ -140,6 +142,12 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 				return usageErrorf("--limit is %d; want -1 (unlimited) or 1 to %d", limit, taskling.MaxConcurrencyLimit)
 			}
 			u.ConcurrencyLimit = &limit
+		}
+		if flags.Changed("key-limit") {
+			if keyLimit < 0 || keyLimit > taskling.MaxConcurrencyLimit {
+				return usageErrorf("--key-limit is %d; want 0 (no key limit) or 1 to %d", keyLimit, taskling.MaxConcurrencyLimit)
+			}
+			u.KeyLimit = &keyLimit
 		}
 		if disable && enable {
 			return usageErrorf("--disable and --enable exclude each other")
@@ -166,7 +174,7 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 			*dst = &d
 		}
 		if u == (taskling.SettingsUpdate{}) {
-			return usageErrorf("tasks set needs at least one of --limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
+			return usageErrorf("tasks set needs at least one of --limit, --key-limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
 		}
 		if err := checkBy(by); err != nil {
 			return err
@@ -179,6 +187,7 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 		})
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or 1 to 10000")
+	cmd.Flags().IntVar(&keyLimit, "key-limit", 0, "every key's limit (KeyLimit): 0 for none, or 1 to 10000; 'tasks keys set' overrides one key")
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
 	cmd.Flags().BoolVar(&enable, "enable", false, "enable the task, whatever its declared settings")
 	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
@@ -274,6 +283,13 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	} else {
 		fmt.Fprintf(w, "Waiting:   %d\n", d.Waiting)
 	}
+	if d.KeyLimitSource != "none" || d.KeysTotal > 0 {
+		keyLimit := "none"
+		if d.KeyLimit != nil {
+			keyLimit = fmt.Sprint(*d.KeyLimit)
+		}
+		fmt.Fprintf(w, "Key limit: %s (%s); %d keys waiting\n", keyLimit, d.KeyLimitSource, d.KeysWaiting)
+	}
 	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)
 	if r := d.Retired; r != nil {
 		fmt.Fprintf(w, "Retired:   by %s at %s (starts are refused)\n", terminalSafe(r.By), clock(r.At))
@@ -294,6 +310,12 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	fmt.Fprintln(w)
 	if err := printSlots(w, d.Slots); err != nil {
 		return err
+	}
+	if d.KeysTotal > 0 {
+		fmt.Fprintln(w)
+		if err := printKeys(w, d); err != nil {
+			return err
+		}
 	}
 	changes, err := httpapi.LoadChanges(ctx, c, httpapi.ChangesQuery{App: app, Task: task, Limit: changesShown})
 	if err != nil || len(changes.Changes) == 0 {

@@ -110,6 +110,10 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	read("GET /api/v1/executions/{id}", h.getExecution)
 	write("PATCH /api/v1/tasks/{app}/{task}/overrides", h.setOverrides)
 	write("DELETE /api/v1/tasks/{app}/{task}/overrides", h.clearOverrides)
+	write("PUT /api/v1/tasks/{app}/{task}/keys/{key}", h.setKeyOverrides)
+	write("PUT /api/v1/tasks/{app}/{task}/keys/{$}", h.setKeyOverrides) // the empty key
+	write("DELETE /api/v1/tasks/{app}/{task}/keys/{key}", h.clearKeyOverrides)
+	write("DELETE /api/v1/tasks/{app}/{task}/keys/{$}", h.clearKeyOverrides)
 	write("POST /api/v1/tasks/{app}/{task}/retire", h.retire)
 	write("POST /api/v1/tasks/{app}/{task}/unretire", h.unretire)
 	read("GET /api/v1/tasks/{app}/{task}/changes", h.listChanges)
@@ -128,6 +132,7 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		"/api/v1/tasks/{app}/{task}/executions":  "GET",
 		"/api/v1/executions/{id}":                "GET",
 		"/api/v1/tasks/{app}/{task}/overrides":   "PATCH, DELETE",
+		"/api/v1/tasks/{app}/{task}/keys/{key}":  "PUT, DELETE",
 		"/api/v1/tasks/{app}/{task}/retire":      "POST",
 		"/api/v1/tasks/{app}/{task}/unretire":    "POST",
 		"/api/v1/tasks/{app}/{task}/changes":     "GET",
@@ -345,6 +350,16 @@ type OverridesRequest struct {
 	KeepAliveInterval       *string `json:"keep_alive_interval"`
 	KeepAliveDeathThreshold *string `json:"keep_alive_death_threshold"`
 	OverrideThreshold       *string `json:"override_threshold"`
+	// KeyLimit overrides every key's limit: 0 for no key limit, or 1 to 10000.
+	KeyLimit *int `json:"key_limit"`
+	// By is a note recorded beside the principal that makes the change (its by).
+	By string `json:"by"`
+}
+
+// KeyOverridesRequest is the body of PUT /api/v1/tasks/{app}/{task}/keys/{key}: the operator's
+// override of the key's limit (1 to 10000).
+type KeyOverridesRequest struct {
+	Limit *int `json:"limit"`
 	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
 }
@@ -367,6 +382,12 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 		u.ConcurrencyLimit = o.ConcurrencyLimit
 	}
 	u.Enabled = o.Enabled
+	if o.KeyLimit != nil {
+		if n := *o.KeyLimit; n < 0 || n > taskling.MaxConcurrencyLimit {
+			return u, &FieldError{"key_limit", fmt.Sprintf("is %d; want 0 (no key limit) or 1 to %d", n, taskling.MaxConcurrencyLimit)}
+		}
+		u.KeyLimit = o.KeyLimit
+	}
 	if o.DeathMode != nil {
 		var m taskling.DeathMode
 		switch *o.DeathMode {
@@ -393,7 +414,7 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 		return u, &FieldError{"keep_alive_death_threshold", fmt.Sprintf("(%s) must be at least twice keep_alive_interval (%s)", *u.KeepAliveDeathThreshold, *u.KeepAliveInterval)}
 	}
 	if u == (taskling.SettingsUpdate{}) {
-		return u, &FieldError{"body", "names no override; give at least one of concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold"}
+		return u, &FieldError{"body", "names no override; give at least one of concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, key_limit"}
 	}
 	return u, checkBy("by", o.By)
 }
@@ -513,6 +534,60 @@ func (h *Handler) clearOverrides(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := h.as(r, "").ClearOverrides(r.Context(), app, task); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondTask(w, r, app, task)
+}
+
+func (h *Handler) setKeyOverrides(w http.ResponseWriter, r *http.Request) {
+	app, task, field, err := taskName(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	key := r.PathValue("key")
+	if err := taskling.ValidateKey("key", key); err != nil {
+		writeError(w, http.StatusBadRequest, "key", err.Error())
+		return
+	}
+	var req KeyOverridesRequest
+	if !decodeBody(w, r, &req, bodySpec{what: "key overrides", unknown: "key override", limit: maxBody}) {
+		return
+	}
+	switch {
+	case req.Limit == nil:
+		writeError(w, http.StatusBadRequest, "limit", "limit is missing; want 1 to 10000")
+		return
+	case *req.Limit < 1 || *req.Limit > taskling.MaxConcurrencyLimit:
+		writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit is %d; want 1 to %d", *req.Limit, taskling.MaxConcurrencyLimit))
+		return
+	}
+	if err := checkBy("by", req.By); err != nil {
+		var fe *FieldError
+		errors.As(err, &fe)
+		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
+		return
+	}
+	if err := h.as(r, req.By).UpdateKeySettings(r.Context(), app, task, key, taskling.KeySettingsUpdate{Limit: req.Limit}); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.respondTask(w, r, app, task)
+}
+
+func (h *Handler) clearKeyOverrides(w http.ResponseWriter, r *http.Request) {
+	app, task, field, err := taskName(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	key := r.PathValue("key")
+	if err := taskling.ValidateKey("key", key); err != nil {
+		writeError(w, http.StatusBadRequest, "key", err.Error())
+		return
+	}
+	if err := h.as(r, "").ClearKeyOverrides(r.Context(), app, task, key); err != nil {
 		h.fail(w, r, err)
 		return
 	}

@@ -111,7 +111,8 @@ func LoadTask(ctx context.Context, c *taskling.Client, app, task string) (TaskDe
 	if err != nil {
 		return TaskDetail{}, err
 	}
-	return TaskDetail{Task: NewTask(d.TaskInfo), Slots: NewSlots(d.Slots), Retention: NewRetention(d.Retention)}, nil
+	return TaskDetail{Task: NewTask(d.TaskInfo), Slots: NewSlots(d.Slots), Retention: NewRetention(d.Retention),
+		Keys: NewKeys(d.Keys), KeysTotal: d.KeysTotal}, nil
 }
 
 // ExecutionsQuery selects a page of a task's executions.

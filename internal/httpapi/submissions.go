@@ -24,6 +24,9 @@ type SubmitRequest struct {
 	// MaxAttempts bounds the attempts: 1 to taskling.MaxMaxAttempts (default
 	// taskling.DefaultMaxAttempts).
 	MaxAttempts *int `json:"max_attempts"`
+	// Key and Cost are the attempts' key (default none) and cost (default 1): see docs/keys.md.
+	Key  *string `json:"key"`
+	Cost *int    `json:"cost"`
 }
 
 // Options validates the request and converts it, or returns a *FieldError naming the JSON field.
@@ -57,6 +60,18 @@ func (s SubmitRequest) Options() (*taskling.SubmitOptions, error) {
 			return nil, &FieldError{"max_attempts", fmt.Sprintf("is %d; want 1 to %d", *m, taskling.MaxMaxAttempts)}
 		}
 		o.MaxAttempts = *m
+	}
+	if k := s.Key; k != nil {
+		if err := taskling.ValidateKey("key", *k); err != nil {
+			return nil, &FieldError{"key", strings.TrimPrefix(err.Error(), taskling.ErrInvalidArgument.Error()+": key ")}
+		}
+		o.Key = *k
+	}
+	if c := s.Cost; c != nil {
+		if *c < 1 || *c > taskling.MaxConcurrencyLimit {
+			return nil, &FieldError{"cost", fmt.Sprintf("is %d; want 1 to %d", *c, taskling.MaxConcurrencyLimit)}
+		}
+		o.Cost = *c
 	}
 	return o, nil
 }

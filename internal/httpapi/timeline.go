@@ -260,6 +260,9 @@ func layoutTimeline(tl tasklingtype.TaskTimeline, limit int) timelineView {
 // barTitle is a bar's tooltip.
 func barTitle(b tasklingtype.TimelineBar, end time.Time) string {
 	s := fmt.Sprintf("execution #%d on %s\nstarted %s\n", b.ExecutionID, b.Host, clock(b.StartedAt))
+	if b.Key != "" || b.Cost > 1 {
+		s += fmt.Sprintf("key %q, cost %d\n", b.Key, b.Cost)
+	}
 	switch {
 	case !b.ReclaimedAt.IsZero():
 		s += fmt.Sprintf("reclaimed %s (judged dead after %s)\n", clock(b.ReclaimedAt), b.ReclaimedAt.Sub(b.StartedAt).Round(time.Second))

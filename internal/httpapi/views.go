@@ -54,6 +54,33 @@ type Task struct {
 	Retired         *Retirement `json:"retired"`
 	HasSchedule     bool        `json:"has_schedule"`
 	ScheduleRetired *Retirement `json:"schedule_retired"`
+	// KeyLimit is every key's limit in force (null: none), from KeyLimitSource ("override",
+	// "declared" or "none"); KeysWaiting counts the keys with live waiters.
+	KeyLimit       *int   `json:"key_limit"`
+	KeyLimitSource string `json:"key_limit_source"`
+	KeysWaiting    int    `json:"keys_waiting"`
+}
+
+// Key is one key of a task: its live holders, the cost they hold, its live waiters, its limit
+// (null: none) and where it comes from ("override", "override_key_limit", "declared_key",
+// "declared" or "none").
+type Key struct {
+	Key         string `json:"key"`
+	Holders     int    `json:"holders"`
+	CostInUse   int    `json:"cost_in_use"`
+	Waiting     int    `json:"waiting"`
+	Limit       *int   `json:"limit"`
+	LimitSource string `json:"limit_source"`
+}
+
+// NewKeys converts a task's keys.
+func NewKeys(keys []tasklingtype.KeyInfo) []Key {
+	out := make([]Key, len(keys))
+	for i, k := range keys {
+		out[i] = Key{Key: k.Key, Holders: k.Holders, CostInUse: k.CostInUse, Waiting: k.Waiting, Limit: nonZero(k.Limit),
+			LimitSource: string(k.LimitSource)}
+	}
+	return out
 }
 
 // Disagreement is a different limit another host declared until at.
@@ -71,6 +98,7 @@ type Overrides struct {
 	KeepAliveInterval       *string    `json:"keep_alive_interval"`
 	KeepAliveDeathThreshold *string    `json:"keep_alive_death_threshold"`
 	OverrideThreshold       *string    `json:"override_threshold"`
+	KeyLimit                *int       `json:"key_limit"`
 	UpdatedAt               *time.Time `json:"updated_at"`
 }
 
@@ -86,6 +114,9 @@ type TaskDetail struct {
 	Task
 	Slots     []Slot    `json:"slots"`
 	Retention Retention `json:"retention"`
+	// Keys are the busiest keys and the named ones (at most 50); KeysTotal counts them all.
+	Keys      []Key `json:"keys"`
+	KeysTotal int   `json:"keys_total"`
 }
 
 // Retention is a task's keep settings ("14d", "36h", "forever") and its cleanups.
@@ -164,7 +195,10 @@ type Execution struct {
 	ReclaimedAt    *time.Time `json:"reclaimed_at"`
 	ScheduledFor   *time.Time `json:"scheduled_for"`
 	LibraryVersion string     `json:"library_version"`
-	Events         []Event    `json:"events,omitempty"`
+	// Key is the execution's key ("": none) and Cost the slots it held.
+	Key    string  `json:"key"`
+	Cost   int     `json:"cost"`
+	Events []Event `json:"events,omitempty"`
 }
 
 // Event is one event of an execution.
@@ -192,7 +226,9 @@ func NewTask(s tasklingtype.TaskInfo) Task {
 		Disagreement: disagreementOf(s.Disagreement),
 		Retired:      retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
 		EnabledNow: s.Enabled, EnabledSource: string(s.EnabledSource),
+		KeyLimit: nonZero(s.KeyLimit), KeyLimitSource: string(s.KeyLimitSource), KeysWaiting: s.KeysWaiting,
 		Overrides: Overrides{
+			KeyLimit:                o.KeyLimit,
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,
 			KeepAliveInterval:       durationText(o.KeepAliveInterval),
@@ -243,7 +279,7 @@ func NewExecution(x tasklingtype.ExecutionInfo, events []tasklingtype.ExecutionE
 		HeaderError:  nonEmpty(x.HeaderError),
 		FencingToken: nonZero(x.FencingToken), BlockedReason: nonEmpty(x.BlockedReason),
 		ReclaimedAt: nonZeroTime(x.ReclaimedAt), ScheduledFor: nonZeroTime(x.ScheduledFor),
-		LibraryVersion: x.LibraryVersion,
+		LibraryVersion: x.LibraryVersion, Key: x.Key, Cost: x.Cost,
 	}
 	e.ItemsDone, e.ItemsTotal = progress(x.ItemsDone, x.ItemsTotal)
 	for _, ev := range events {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"strings"
@@ -31,6 +32,14 @@ type layer struct {
 	KeepCompleted           *string `toml:"keep_completed"`
 	KeepFailed              *string `toml:"keep_failed"`
 	KeepBlocked             *string `toml:"keep_blocked"`
+	KeyLimit                *int    `toml:"key_limit"`
+	// Keys are named keys' own settings ([….keys.KEY]), at any layer.
+	Keys map[string]keyLayer `toml:"keys"`
+}
+
+// keyLayer is a named key's settings as written.
+type keyLayer struct {
+	Limit *int `toml:"limit"`
 }
 
 type appTable struct {
@@ -47,6 +56,7 @@ type document struct {
 type setting struct {
 	taskling.TaskSettings
 	disabledSet bool
+	keyLimitSet bool // key_limit = 0 (no key limit) set here, over a limit below
 }
 
 // over returns s with the fields that top sets replacing it.
@@ -60,6 +70,17 @@ func (s setting) over(top setting) setting {
 	}
 	if t.DeathMode != 0 {
 		s.DeathMode = t.DeathMode
+	}
+	if t.KeyLimit != 0 || top.keyLimitSet {
+		s.KeyLimit, s.keyLimitSet = t.KeyLimit, true
+	}
+	if len(t.Keys) > 0 {
+		keys := maps.Clone(s.Keys)
+		if keys == nil {
+			keys = map[string]taskling.KeySettings{}
+		}
+		maps.Copy(keys, t.Keys)
+		s.Keys = keys
 	}
 	for _, f := range []struct{ dst, src *time.Duration }{{&s.KeepAliveInterval, &t.KeepAliveInterval},
 		{&s.KeepAliveDeathThreshold, &t.KeepAliveDeathThreshold}, {&s.OverrideThreshold, &t.OverrideThreshold},
@@ -144,7 +165,7 @@ func load(path string) (*file, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		k := undecoded[0]
-		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin, keep_completed, keep_failed, keep_blocked")
+		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin, keep_completed, keep_failed, keep_blocked, key_limit, or [….keys.KEY] with limit")
 	}
 	f := &file{apps: map[string]setting{}, tasks: map[[2]string]setting{}}
 	check := func(table []string, l layer) (setting, error) {
@@ -202,6 +223,32 @@ func decodeLayer(table []string, l layer, bad func([]string, string, ...any) err
 	}
 	if v := l.Disabled; v != nil {
 		s.Disabled, s.disabledSet = *v, true
+	}
+	if v := l.KeyLimit; v != nil {
+		if *v < 0 || *v > taskling.MaxConcurrencyLimit {
+			return s, bad(key("key_limit"), "is %d; want 0 (no key limit) or 1 to %d", *v, taskling.MaxConcurrencyLimit)
+		}
+		s.KeyLimit, s.keyLimitSet = *v, true
+	}
+	if len(l.Keys) > taskling.MaxNamedKeys {
+		return s, bad(key("keys"), "names %d keys; at most %d allowed", len(l.Keys), taskling.MaxNamedKeys)
+	}
+	for name, k := range l.Keys {
+		at := append(key("keys"), name, "limit")
+		if err := taskling.ValidateKey("key", name); err != nil {
+			return s, bad(at[:len(at)-1], "%v", err)
+		}
+		if k.Limit == nil || *k.Limit < 1 || *k.Limit > taskling.MaxConcurrencyLimit {
+			got := "missing"
+			if k.Limit != nil {
+				got = fmt.Sprint(*k.Limit)
+			}
+			return s, bad(at, "is %s; want 1 to %d", got, taskling.MaxConcurrencyLimit)
+		}
+		if s.Keys == nil {
+			s.Keys = map[string]taskling.KeySettings{}
+		}
+		s.Keys[name] = taskling.KeySettings{Limit: *k.Limit}
 	}
 	if v := l.DeathMode; v != nil {
 		switch *v {

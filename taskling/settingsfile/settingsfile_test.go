@@ -87,6 +87,38 @@ func TestKeepSettingsReadDaysDurationsAndForever(t *testing.T) {
 	require.Zero(t, a.KeepFailed, "unset: the layers below decide")
 }
 
+// TestKeyLimitsAndNamedKeysInheritAndAdd: key_limit like any setting; [….keys.KEY] tables add
+// to those of the layers below, a key named again taking the upper one's limit.
+func TestKeyLimitsAndNamedKeysInheritAndAdd(t *testing.T) {
+	src, _ := open(t, `[defaults]
+key_limit = 2
+[defaults.keys.acme]
+limit = 5
+[applications.billing.tasks.export]
+concurrency_limit = 40
+[applications.billing.tasks.export.keys.acme]
+limit = 8
+[applications.billing.tasks.export.keys."big co"]
+limit = 10
+`)
+	export := settings(t, src, "billing", "export")
+	require.Equal(t, 2, export.KeyLimit, "from [defaults]")
+	require.Equal(t, map[string]taskling.KeySettings{"acme": {Limit: 8}, "big co": {Limit: 10}}, export.Keys)
+	other := settings(t, src, "other", "task")
+	require.Equal(t, map[string]taskling.KeySettings{"acme": {Limit: 5}}, other.Keys)
+	for _, tc := range []struct{ text, want string }{
+		{"[defaults]\nkey_limit = -1\n", `:2: defaults.key_limit: is -1; want 0 (no key limit) or 1 to 10000`},
+		{"[applications.a.keys.acme]\nlimit = 0\n", `:2: applications.a.keys.acme.limit: is 0; want 1 to 10000`},
+		{"[applications.a.keys.acme]\nweight = 2\n", `:2: applications.a.keys.acme.weight: unknown key`},
+	} {
+		path := filepath.Join(t.TempDir(), "taskling.toml")
+		write(t, path, tc.text)
+		_, err := settingsfile.Open(context.Background(), path, nil)
+		require.ErrorIs(t, err, settingsfile.ErrMalformed)
+		require.Contains(t, err.Error(), tc.want)
+	}
+}
+
 func TestABadFileIsRefusedNamingFileLineAndKey(t *testing.T) {
 	for _, tc := range []struct{ name, text, want string }{
 		{"syntax", "[defaults\nconcurrency_limit = 1\n", ":2: expected '.' or ']'"},

@@ -10,10 +10,15 @@
 // scraped, so they are fleet-wide: every process reports the same values — aggregate them with
 // max(), not sum().
 //
-//	taskling_slots_in_use{task}              slots held by live executions (gauge, from the DB)
+//	taskling_slots_in_use{task}              slots held by live executions, each its cost (gauge,
+//	                                         from the DB)
 //	taskling_slots_limit{task}               limit in force, -1 unlimited (gauge, from the DB)
 //	taskling_waiting{task}                   live waiters queued for a slot (gauge, from the DB)
 //	taskling_oldest_wait_seconds{task}       how long the oldest of them has waited (gauge)
+//	taskling_keys_waiting{task}              keys with live waiters (gauge, from the DB)
+//	taskling_key_cost_in_use{task,key}       cost held by a key's live holders, for the keys
+//	                                         named in Options.Keys only (gauge, from the DB)
+//	taskling_key_waiting{task,key}           live waiters of those keys (gauge, from the DB)
 //	taskling_limit_disagreement{task}        1 when hosts declared different limits in the
 //	                                         last 10 minutes (gauge, from the DB)
 //	taskling_blocks{task,status}             blocks by status of their latest attempt:
@@ -21,7 +26,8 @@
 //	taskling_blocks_at_retry_limit{task}     blocks no execution with the same options takes
 //	                                         again (BlockInfo.AtRetryLimit; gauge)
 //	taskling_grants_total{task}              starts granted a slot
-//	taskling_denials_total{task,reason}      starts denied: reason limit, disabled, duplicate or retired
+//	taskling_denials_total{task,reason}      starts denied: reason limit (the task's), key_limit (its
+//	                                         key's), disabled, duplicate or retired
 //	                                         (a WaitForSlot start counts once, when it gives up)
 //	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
 //	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
@@ -43,6 +49,8 @@ package tasklingprom
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,7 +83,11 @@ type Metrics struct {
 	disagreement      *prometheus.Desc
 	blocks            *prometheus.Desc
 	blocksAtLimit     *prometheus.Desc
+	keysWaiting       *prometheus.Desc
+	keyCost           *prometheus.Desc
+	keyWaiting        *prometheus.Desc
 	scrapeErrors      prometheus.Counter
+	opts              Options
 
 	registry *prometheus.Registry
 	hooks    taskling.Hooks // what New added to the client
@@ -84,15 +96,27 @@ type Metrics struct {
 // DurationBuckets are the buckets of the wait and run histograms, in seconds.
 var DurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
+// Options configure the metrics; the zero value is the default.
+type Options struct {
+	// Keys names, by task ("application/task"), the keys that get gauges of their own
+	// (taskling_key_cost_in_use, taskling_key_waiting): no other key becomes a label, so the
+	// metrics' cardinality stays what the operator chose.
+	Keys map[string][]string
+}
+
 // New returns the metrics of client, which it starts counting through client.AddHooks.
-func New(client *taskling.Client) *Metrics {
+func New(client *taskling.Client) *Metrics { return NewWithOptions(client, Options{}) }
+
+// NewWithOptions is New with options.
+func NewWithOptions(client *taskling.Client, opts Options) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "taskling", Name: name, Help: help}, labels)
 	}
 	m := &Metrics{
 		client:            client,
+		opts:              opts,
 		grants:            counter("grants_total", "Starts granted a slot.", "task"),
-		denials:           counter("denials_total", "Starts denied, by reason (limit, disabled, duplicate, retired).", "task", "reason"),
+		denials:           counter("denials_total", "Starts denied, by reason (limit, key_limit, disabled, duplicate, retired).", "task", "reason"),
 		reclaims:          counter("reclaims_total", "Slots taken from, or removed with, dead holders.", "task"),
 		leaseLosses:       counter("lease_losses_total", "Executions whose context was cancelled because the lease was lost.", "task"),
 		heartbeatFailures: counter("heartbeat_failures_total", "Heartbeats that failed and were retried.", "task"),
@@ -122,6 +146,11 @@ func New(client *taskling.Client) *Metrics {
 			[]string{"task", "status"}, nil),
 		blocksAtLimit: prometheus.NewDesc("taskling_blocks_at_retry_limit", "Blocks not completed, not running, past their retry limit.",
 			[]string{"task"}, nil),
+		keysWaiting: prometheus.NewDesc("taskling_keys_waiting", "Keys with live waiters, read from the database (fleet-wide).", []string{"task"}, nil),
+		keyCost: prometheus.NewDesc("taskling_key_cost_in_use", "Cost held by a named key's live holders (Options.Keys), read from the database.",
+			[]string{"task", "key"}, nil),
+		keyWaiting: prometheus.NewDesc("taskling_key_waiting", "Live waiters of a named key (Options.Keys), read from the database.",
+			[]string{"task", "key"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "taskling", Name: "metrics_scrape_errors_total",
 			Help: "Scrapes whose database query for the slot gauges failed."}),
 	}
@@ -183,6 +212,9 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.blocks
 	ch <- m.blocksAtLimit
 	ch <- m.submissions
+	ch <- m.keysWaiting
+	ch <- m.keyCost
+	ch <- m.keyWaiting
 }
 
 // Collect implements prometheus.Collector. It reads the slot and block gauges from the database
@@ -210,8 +242,10 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				disagree = 1
 			}
 			ch <- prometheus.MustNewConstMetric(m.disagreement, prometheus.GaugeValue, disagree, name)
+			ch <- prometheus.MustNewConstMetric(m.keysWaiting, prometheus.GaugeValue, float64(t.KeysWaiting), name)
 		}
 	}
+	failed = !m.collectKeys(ctx, ch) || failed
 	if counts, err := m.client.BlockCounts(ctx); err != nil {
 		failed = true
 	} else {
@@ -238,4 +272,33 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.counted() {
 		c.Collect(ch)
 	}
+}
+
+// collectKeys reads the gauges of the keys named in Options.Keys; false when a read failed.
+func (m *Metrics) collectKeys(ctx context.Context, ch chan<- prometheus.Metric) bool {
+	ok := true
+	for name, keys := range m.opts.Keys {
+		app, task, found := strings.Cut(name, "/")
+		if !found || len(keys) == 0 {
+			continue
+		}
+		d, err := m.client.Task(ctx, app, task)
+		if errors.Is(err, taskling.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			ok = false
+			continue
+		}
+		by := map[string]taskling.KeyInfo{}
+		for _, k := range d.Keys {
+			by[k.Key] = k
+		}
+		for _, key := range keys {
+			k := by[key] // a key not shown holds nothing
+			ch <- prometheus.MustNewConstMetric(m.keyCost, prometheus.GaugeValue, float64(k.CostInUse), name, key)
+			ch <- prometheus.MustNewConstMetric(m.keyWaiting, prometheus.GaugeValue, float64(k.Waiting), name, key)
+		}
+	}
+	return ok
 }

@@ -254,3 +254,36 @@ func TestAWaiterWithATicketPollsOnlyAsAFallback(t *testing.T) {
 	require.LessOrEqual(t, attempts, 4.0)
 	require.GreaterOrEqual(t, attempts, 2.0, "it still polls")
 }
+
+// TestKeyMetricsAreBoundedInCardinality: denials by the key's limit are counted under reason
+// key_limit (beside limit); keys waiting is per task; a key becomes a label only when named in
+// Options.Keys.
+func TestKeyMetricsAreBoundedInCardinality(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "h", Defaults: taskling.TaskSettings{ConcurrencyLimit: 3, KeyLimit: 1,
+		KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}})
+	require.NoError(t, err)
+	defer client.Close()
+	m := tasklingprom.NewWithOptions(client, tasklingprom.Options{Keys: map[string][]string{"app/task": {"acme"}}})
+	for _, key := range []string{"acme", "globex"} {
+		e, err := client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: key})
+		require.NoError(t, err)
+		defer e.Complete(ctx) //nolint:errcheck
+	}
+	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "acme"})
+	require.ErrorIs(t, err, taskling.ErrKeyLimitReached)
+	e, err := client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "initech"})
+	require.NoError(t, err)
+	defer e.Complete(ctx) //nolint:errcheck
+	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "other"})
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_denials_total", map[string]string{"task": "app/task", "reason": "key_limit"}))
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_denials_total", map[string]string{"task": "app/task", "reason": "limit"}))
+	require.Equal(t, 3.0, metricValue(t, m, "taskling_slots_in_use", map[string]string{"task": "app/task"}))
+	require.Equal(t, 0.0, metricValue(t, m, "taskling_keys_waiting", map[string]string{"task": "app/task"}))
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_key_cost_in_use", map[string]string{"task": "app/task", "key": "acme"}))
+	require.Equal(t, -1.0, metricValue(t, m, "taskling_key_cost_in_use", map[string]string{"key": "globex"}), "a key not named is no label")
+}

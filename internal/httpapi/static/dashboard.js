@@ -109,6 +109,29 @@
     });
   }
 
+  // The key form sets or clears the operator's override of one key's limit.
+  var keyForm = document.getElementById("key-form");
+  if (keyForm) {
+    var keyURL = function () {
+      return keyForm.dataset.api + encodeURIComponent(document.getElementById("key-input").value);
+    };
+    var keySaved = function (task) {
+      show("key-form-status", "saved: " + task.keys_total + " keys", true);
+      return refresh();
+    };
+    keyForm.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      var n = parseInt(document.getElementById("key-limit-input").value, 10);
+      api(keyURL(), "PUT", { limit: n }).then(keySaved)
+        .catch(function (e) { show("key-form-status", e.message, false); });
+    });
+    keyForm.addEventListener("click", function (ev) {
+      if (!(ev.target.dataset && ev.target.dataset.action === "clear-key")) { return; }
+      api(keyURL(), "DELETE", null).then(keySaved)
+        .catch(function (e) { show("key-form-status", e.message, false); });
+    });
+  }
+
   var form = document.getElementById("limit-form");
   if (form) {
     form.addEventListener("submit", function (ev) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,6 +30,7 @@ const (
 	FieldKeepAliveInterval       = "keep_alive_interval"
 	FieldKeepAliveDeathThreshold = "keep_alive_death_threshold"
 	FieldOverrideThreshold       = "override_threshold"
+	FieldKeyLimit                = "key_limit"
 	FieldKeepCompleted           = "keep_completed"
 	FieldKeepFailed              = "keep_failed"
 	FieldKeepBlocked             = "keep_blocked"
@@ -143,6 +146,12 @@ func (s storedOverrides) record(c *changeList, next storedOverrides) {
 	c.add(FieldKeepAliveInterval, textOf(o.KeepAliveInterval, durationText), textOf(n.KeepAliveInterval, durationText))
 	c.add(FieldKeepAliveDeathThreshold, textOf(o.KeepAliveDeathThreshold, durationText), textOf(n.KeepAliveDeathThreshold, durationText))
 	c.add(FieldOverrideThreshold, textOf(o.OverrideThreshold, durationText), textOf(n.OverrideThreshold, durationText))
+	c.add(FieldKeyLimit, textOf(o.KeyLimit, strconv.Itoa), textOf(n.KeyLimit, strconv.Itoa))
+	for _, key := range slices.Sorted(maps.Keys(o.KeyLimits)) {
+		if _, kept := n.KeyLimits[key]; !kept {
+			c.add(KeyField(key), textOf(ptr(o.KeyLimits[key]), strconv.Itoa), nil)
+		}
+	}
 	k, nk := s.keep, next.keep
 	c.add(FieldKeepCompleted, textOf(k.Completed, KeepText), textOf(nk.Completed, KeepText))
 	c.add(FieldKeepFailed, textOf(k.Failed, KeepText), textOf(nk.Failed, KeepText))
@@ -155,6 +164,7 @@ func (s storedOverrides) apply(c OverridesChange) storedOverrides {
 		return storedOverrides{retired: s.retired}
 	}
 	next := s
+	next.o.KeyLimits = s.o.KeyLimits // named keys are changed one by one (ChangeKeyOverride)
 	pick := func(dst **time.Duration, v *time.Duration) {
 		if v != nil {
 			*dst = v
@@ -169,6 +179,9 @@ func (s storedOverrides) apply(c OverridesChange) storedOverrides {
 	if v := c.Set.DeathMode; v != nil {
 		next.o.DeathMode = v
 	}
+	if v := c.Set.KeyLimit; v != nil {
+		next.o.KeyLimit = v
+	}
 	pick(&next.o.KeepAliveInterval, c.Set.KeepAliveInterval)
 	pick(&next.o.KeepAliveDeathThreshold, c.Set.KeepAliveDeathThreshold)
 	pick(&next.o.OverrideThreshold, c.Set.OverrideThreshold)
@@ -180,7 +193,7 @@ func (s storedOverrides) apply(c OverridesChange) storedOverrides {
 
 const lockOverridesSQL = `
 SELECT concurrency_limit, CASE WHEN retired_at IS NULL THEN enabled ELSE retired_enabled END, death_mode,
-    keep_alive_interval, keep_alive_death_threshold, override_threshold, retired_at IS NOT NULL
+    keep_alive_interval, keep_alive_death_threshold, override_threshold, retired_at IS NOT NULL, key_limit, key_overrides
 FROM taskling.task_definition WHERE id = $1 FOR UPDATE`
 
 // writeOverridesSQL writes a task's overrides ($3: the enabled one as set; a retired task's
@@ -193,7 +206,7 @@ WITH u AS (
         enabled = CASE WHEN retired_at IS NULL THEN $3 ELSE false END,
         retired_enabled = CASE WHEN retired_at IS NULL THEN NULL ELSE $3 END,
         death_mode = $4, keep_alive_interval = $5, keep_alive_death_threshold = $6, override_threshold = $7,
-        overrides_updated_at = clock_timestamp()
+        key_limit = $8, key_overrides = $9, overrides_updated_at = clock_timestamp()
     WHERE id = $1
     RETURNING id
 )
@@ -227,8 +240,14 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 		}
 		b.Queue(lockOverridesSQL, taskID).QueryRow(func(row pgx.Row) error {
 			o := &old.o
-			return row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
-				&o.OverrideThreshold, &old.retired)
+			var keys string
+			if err := row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
+				&o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys); err != nil {
+				return err
+			}
+			var err error
+			o.KeyLimits, err = execution.ParseKeyLimits(keys)
+			return err
 		})
 		check := !c.Clear && c.Set.Liveness()
 		var declared execution.Settings
@@ -261,7 +280,7 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 		if writeTask {
 			o := next.o
 			b.Queue(writeOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode, o.KeepAliveInterval,
-				o.KeepAliveDeathThreshold, o.OverrideThreshold)
+				o.KeepAliveDeathThreshold, o.OverrideThreshold, o.KeyLimit, execution.FormatKeyLimits(o.KeyLimits))
 		}
 		if keepToo {
 			b.Queue(`UPDATE taskling.retention SET override_completed = $2, override_failed = $3, override_blocked = $4 WHERE task_id = $1`,
@@ -450,3 +469,65 @@ ORDER BY id DESC LIMIT $3`, taskID, before, limit)
 	}
 	return out, nil
 }
+
+// KeyField is the field of a change of key's override: key_limit[acme].
+func KeyField(key string) string { return FieldKeyLimit + "[" + key + "]" }
+
+func ptr[T any](v T) *T { return &v }
+
+// ChangeKeyOverride sets the operator's override of a named key's limit (limit nil: removes it),
+// recording the change, and wakes the task's waiters (a raised limit admits them at once). It
+// reports whether anything changed.
+func (s *Store) ChangeKeyOverride(ctx context.Context, taskID int64, key string, limit *int, op execution.Operator) (bool, error) {
+	var changes changeList
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var old storedOverrides
+		o := &old.o
+		var keys string
+		if err := tx.QueryRow(ctx, lockOverridesSQL, taskID).Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval,
+			&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys); err != nil {
+			return err
+		}
+		overrides, err := execution.ParseKeyLimits(keys)
+		if err != nil {
+			return err
+		}
+		var before *int
+		if l, ok := overrides[key]; ok {
+			before = &l
+		}
+		next := maps.Clone(overrides)
+		if next == nil {
+			next = map[string]int{}
+		}
+		if limit == nil {
+			delete(next, key)
+		} else {
+			next[key] = *limit
+		}
+		if len(next) > execution.MaxNamedKeys {
+			return fmt.Errorf("%w: a task's operator may override at most %d named keys", execution.ErrInvalidSettings, execution.MaxNamedKeys)
+		}
+		changes.add(KeyField(key), textOf(before, strconv.Itoa), textOf(limit, strconv.Itoa))
+		if len(changes.fields) == 0 {
+			return nil
+		}
+		b := &pgx.Batch{}
+		b.Queue(writeKeyOverridesSQL, taskID, execution.FormatKeyLimits(next))
+		changes.queue(b, taskID, op)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return false, fmt.Errorf("change the override of key %q of task %d: %w", key, taskID, err)
+	}
+	return len(changes.fields) > 0, nil
+}
+
+// writeKeyOverridesSQL writes a task's overrides of named keys and wakes its waiters.
+const writeKeyOverridesSQL = `
+WITH u AS (
+    UPDATE taskling.task_definition SET key_overrides = $2, overrides_updated_at = clock_timestamp()
+    WHERE id = $1
+    RETURNING id
+)
+SELECT pg_notify('taskling_slots', id::text) FROM u`

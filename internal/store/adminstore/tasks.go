@@ -1,9 +1,11 @@
 package adminstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,14 +81,24 @@ func scanSummary(row pgx.Row, lead ...any) (tasklingtype.TaskInfo, int64, error)
 		rBy, sBy           *string
 		rEnabled           *bool
 		decl               declaredColumns
+		keys               keyColumns
 	)
 	err := row.Scan(append(lead, &id, &t.Application, &t.Task, &tokenText, &t.Fence,
 		&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold, &o.OverrideThreshold,
 		&o.UpdatedAt, &dLimit, &dBy, &otherLimit, &otherBy, &otherAt, &ids, &alive, &lastID, &lastStatus, &lastAt, &t.Waiting,
 		(*zeronull.Timestamptz)(&t.OldestWaitSince), &rAt, &rBy, &rEnabled, &t.HasSchedule, &sAt, &sBy,
-		&decl.enabled, &decl.mode, &decl.interval, &decl.threshold, &decl.overrideThreshold, &decl.by, &decl.at)...)
+		&decl.enabled, &decl.mode, &decl.interval, &decl.threshold, &decl.overrideThreshold, &decl.by, &decl.at,
+		&keys.holders, &keys.keyHolders, &o.KeyLimit, &keys.overrides, &keys.declaredLimit, &keys.declared, &t.KeysWaiting)...)
 	if err != nil {
 		return t, 0, err
+	}
+	switch {
+	case o.KeyLimit != nil:
+		t.KeyLimit, t.KeyLimitSource = *o.KeyLimit, tasklingtype.LimitSourceOverride
+	case keys.declaredLimit != nil:
+		t.KeyLimit, t.KeyLimitSource = *keys.declaredLimit, tasklingtype.LimitSourceDeclared
+	default:
+		t.KeyLimitSource = tasklingtype.LimitSourceNone
 	}
 	t.Retired, t.ScheduleRetired = retirementOf(rAt, rBy), retirementOf(sAt, sBy)
 	if t.Retired != nil {
@@ -173,6 +185,7 @@ func countSlots(t *tasklingtype.TaskInfo, tokenText string, ids []int64, alive [
 // settingsUpdate is stored overrides as the public type holds them.
 func settingsUpdate(o execution.Overrides) tasklingtype.SettingsUpdate {
 	u := tasklingtype.SettingsUpdate{
+		KeyLimit:                o.KeyLimit,
 		ConcurrencyLimit:        o.ConcurrencyLimit,
 		Enabled:                 o.Enabled,
 		KeepAliveInterval:       o.KeepAliveInterval,
@@ -268,4 +281,109 @@ func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]tasklingtype.Slo
 		return nil, fmt.Errorf("slots of task %d: %w", taskID, err)
 	}
 	return out, nil
+}
+
+// keyColumns are what a task row holds of keys (migration 0022), as task_summary reads them.
+type keyColumns struct {
+	holders, keyHolders, overrides, declared string
+	declaredLimit                            *int
+}
+
+// taskKeysSQL reads task $1's keys: by key, its live holders and their cost (key_holders: every
+// other holder is key ”, cost 1), and its live waiters (the row's queue counts as key ”).
+const taskKeysSQL = `
+WITH d AS (SELECT * FROM taskling.task_definition WHERE id = $1),
+h AS (
+    SELECT k.key, count(*) AS holders, sum(k.cost) AS cost
+    FROM d CROSS JOIN LATERAL taskling.key_holders(d.holders, d.key_holders) k
+    JOIN taskling.task_execution e ON e.id = k.exec
+    LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
+    LEFT JOIN taskling.session s ON s.id = e.session_id
+    WHERE taskling.execution_status(e, x, s.last_heartbeat) = 'in_progress'
+    GROUP BY k.key
+), w AS (
+    SELECT x.key, sum(x.n) AS waiting
+    FROM (SELECT q.key, count(*) AS n FROM taskling.live_key_tickets($1) q GROUP BY q.key
+          UNION ALL
+          SELECT '', count(*) FROM d CROSS JOIN LATERAL taskling.live_tickets(d.queue) q) x
+    GROUP BY x.key HAVING sum(x.n) > 0
+)
+SELECT coalesce(h.key, w.key), coalesce(h.holders, 0)::integer, coalesce(h.cost, 0)::integer, coalesce(w.waiting, 0)::integer
+FROM h FULL JOIN w ON w.key = h.key`
+
+// keyLimitsSQL reads what limits task $1's keys.
+const keyLimitsSQL = `SELECT key_limit, key_overrides, declared_key_limit, declared_keys FROM taskling.task_definition WHERE id = $1`
+
+// TaskKeys returns a task's busiest keys (most cost in use, then most waiters) and its named
+// keys, each with its limit in force and where it comes from, at most max, and how many there are;
+// none for a task that has no keys (only key "", and no key limit).
+func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]tasklingtype.KeyInfo, int, error) {
+	var o execution.Overrides
+	var overrides, declared string
+	var declaredLimit *int
+	if err := s.db.QueryRow(ctx, keyLimitsSQL, taskID).Scan(&o.KeyLimit, &overrides, &declaredLimit, &declared); err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+	}
+	var err error
+	var decl execution.Settings
+	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+	}
+	if decl.KeyLimits, err = execution.ParseKeyLimits(declared); err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+	}
+	if declaredLimit != nil {
+		decl.KeyLimit = *declaredLimit
+	}
+	rows, err := s.db.Query(ctx, taskKeysSQL, taskID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+	}
+	byKey := map[string]*tasklingtype.KeyInfo{}
+	for rows.Next() {
+		var k tasklingtype.KeyInfo
+		if err := rows.Scan(&k.Key, &k.Holders, &k.CostInUse, &k.Waiting); err != nil {
+			rows.Close()
+			return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+		}
+		byKey[k.Key] = &k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
+	}
+	for _, named := range []map[string]int{o.KeyLimits, decl.KeyLimits} {
+		for k := range named {
+			if byKey[k] == nil {
+				byKey[k] = &tasklingtype.KeyInfo{Key: k}
+			}
+		}
+	}
+	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil {
+		return nil, 0, nil // a task without keys: its holders and waiters are the task's own
+	}
+	out := make([]tasklingtype.KeyInfo, 0, len(byKey))
+	for _, k := range byKey {
+		limit, source := execution.KeyLimitOf(k.Key, decl, o)
+		k.Limit, k.LimitSource = limit, keySource(limit, source)
+		out = append(out, *k)
+	}
+	slices.SortFunc(out, func(a, b tasklingtype.KeyInfo) int {
+		return cmp.Or(cmp.Compare(b.CostInUse, a.CostInUse), cmp.Compare(b.Waiting, a.Waiting), cmp.Compare(a.Key, b.Key))
+	})
+	return out[:min(len(out), max)], len(out), nil
+}
+
+// keySource is the public name of a key limit's source.
+func keySource(limit int, source string) tasklingtype.KeyLimitSource {
+	switch {
+	case source == execution.KeySourceOverride:
+		return tasklingtype.KeySourceOverride
+	case source == execution.KeySourceKeyLimitOverride:
+		return tasklingtype.KeySourceKeyLimitOverride
+	case source == execution.KeySourceDeclaredKey:
+		return tasklingtype.KeySourceDeclaredKey
+	case limit > 0:
+		return tasklingtype.KeySourceDeclared
+	}
+	return tasklingtype.KeySourceNone
 }

@@ -24,7 +24,7 @@ func scanExecution(row pgx.Row, more ...any) (tasklingtype.ExecutionInfo, error)
 	err := row.Scan(append([]any{&x.ID, &x.Status, &x.StartedAt, (*zeronull.Timestamptz)(&x.CompletedAt), &x.LastHeartbeat,
 		&x.Host, (*zeronull.Text)(&x.ReferenceValue), &header, (*zeronull.Text)(&x.BlockedReason),
 		(*zeronull.Int8)(&x.FencingToken), (*zeronull.Int8)(&x.ItemsDone), (*zeronull.Int8)(&x.ItemsTotal),
-		(*zeronull.Timestamptz)(&x.ScheduledFor), (*zeronull.Timestamptz)(&x.ReclaimedAt), &x.LibraryVersion}, more...)...)
+		(*zeronull.Timestamptz)(&x.ScheduledFor), (*zeronull.Timestamptz)(&x.ReclaimedAt), &x.LibraryVersion, &x.Key, &x.Cost}, more...)...)
 	x.Header, x.HeaderError = storedjson.Read(header)
 	return x, err
 }
@@ -39,7 +39,7 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
@@ -70,7 +70,7 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version,
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost,
     d.application_name, d.task_name
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
@@ -141,7 +141,7 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
@@ -178,7 +178,7 @@ SELECT * FROM (
         taskling.execution_completed_at(e, x) AS completed_at,
         taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
         e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-        taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version
+        taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
     FROM taskling.task_execution e
     LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
     LEFT JOIN taskling.session s ON s.id = e.session_id

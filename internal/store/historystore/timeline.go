@@ -41,7 +41,8 @@ WITH c AS (
     WHERE d.id = $1 AND h <> ''
 )
 SELECT e.id, e.host_name, e.started_at, taskling.execution_slot_end(e, x, s.last_heartbeat) AS ended_at,
-    taskling.execution_status(e, x, s.last_heartbeat) AS status, taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.fence
+    taskling.execution_status(e, x, s.last_heartbeat) AS status, taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.fence,
+    e.key, e.cost
 FROM c
 JOIN taskling.task_execution e ON e.id = c.id
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
@@ -92,7 +93,7 @@ func (s *Store) Timeline(ctx context.Context, taskID int64, window time.Duration
 		out.Bars, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (tasklingtype.TimelineBar, error) {
 			var b tasklingtype.TimelineBar // NULL reads as zero: still running, never reclaimed, denied
 			err := row.Scan(&b.ExecutionID, &b.Host, &b.StartedAt, (*zeronull.Timestamptz)(&b.EndedAt), &b.Status,
-				(*zeronull.Timestamptz)(&b.ReclaimedAt), (*zeronull.Int8)(&b.FencingToken))
+				(*zeronull.Timestamptz)(&b.ReclaimedAt), (*zeronull.Int8)(&b.FencingToken), &b.Key, &b.Cost)
 			return b, err
 		})
 		if err != nil {

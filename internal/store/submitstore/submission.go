@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -42,6 +43,8 @@ type NewSubmission struct {
 	Header         []byte
 	MaxAttempts    int
 	Trace          tasklingtype.TraceContext // stored as NULL when empty
+	Key            string
+	Cost           int // 1 or more
 }
 
 // insertSubmissionSQL adds a waiting submission and wakes the task's idle workers (on commit).
@@ -66,6 +69,17 @@ WITH ins AS (
 )
 SELECT id, pg_notify('taskling_slots', 's' || $1::text) IS NULL FROM ins`
 
+// insertKeyedSubmissionSQL is insertTracedSubmissionSQL for a submission with a key or a cost ($8,
+// $9: migration 0022).
+const insertKeyedSubmissionSQL = `
+WITH ins AS (
+    INSERT INTO taskling.submission (task_id, priority, reference_value, header, max_attempts, traceparent, tracestate, key, cost)
+    VALUES ($1, $2, $3, $4::jsonb, $5, NULLIF($6, ''), NULLIF($7, ''), $8, $9)
+    ON CONFLICT (task_id, reference_value) WHERE reference_value IS NOT NULL DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify('taskling_slots', 's' || $1::text) IS NULL FROM ins`
+
 const submissionByReferenceSQL = `SELECT id FROM taskling.submission WHERE task_id = $1 AND reference_value = $2`
 
 // ErrSubmissionRace: a submission with the same reference was inserted by a transaction this
@@ -80,11 +94,15 @@ func InsertSubmission(ctx context.Context, q Querier, sub NewSubmission) (id int
 		header = string(sub.Header)
 	}
 	var ignored bool
-	if sub.Trace.IsZero() {
-		err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
-	} else {
+	switch {
+	case sub.Key != "" || sub.Cost > 1:
+		err = q.QueryRow(ctx, insertKeyedSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts,
+			sub.Trace.Traceparent, sub.Trace.Tracestate, sub.Key, sub.Cost).Scan(&id, &ignored)
+	case !sub.Trace.IsZero():
 		err = q.QueryRow(ctx, insertTracedSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts,
 			sub.Trace.Traceparent, sub.Trace.Tracestate).Scan(&id, &ignored)
+	default: // a schema before 0021 takes it too
+		err = q.QueryRow(ctx, insertSubmissionSQL, sub.TaskID, sub.Priority, sub.ReferenceValue, header, sub.MaxAttempts).Scan(&id, &ignored)
 	}
 	if err == nil {
 		return id, false, nil
@@ -112,6 +130,8 @@ type ClaimedSubmission struct {
 	SubmittedAt time.Time `db:"submitted_at"` // on the database clock
 	Traceparent *string   `db:"traceparent"`
 	Tracestate  *string   `db:"tracestate"`
+	Key         string    `db:"key"`
+	Cost        int       `db:"cost"`
 }
 
 // Trace is the trace context stored with the submission.
@@ -127,8 +147,9 @@ func (c ClaimedSubmission) Trace() tasklingtype.TraceContext {
 }
 
 // claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
-// has claimed: a claim lapses once its worker's session is silent for longer than the claim's
-// threshold (on the database clock), as a waiter's ticket does.
+// has claimed, whose key is not one of $5 (keys with no room): a claim lapses once its worker's
+// session is silent for longer than the claim's threshold (on the database clock), as a waiter's
+// ticket does.
 const claimSubmissionsSQL = `
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
@@ -138,16 +159,78 @@ WHERE s.id IN (
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
+      AND c.key <> ALL($5::text[])
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate`
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
+
+// keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
+// operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
+const keyRoomSQL = `
+SELECT d.holders, d.key_holders, d.key_limit, d.key_overrides,
+    coalesce((SELECT array_agg(c.key) FROM taskling.submission c
+              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+                AND EXISTS (SELECT 1 FROM taskling.session w
+                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}'),
+    coalesce((SELECT array_agg(c.cost) FROM taskling.submission c
+              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+                AND EXISTS (SELECT 1 FROM taskling.session w
+                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}')
+FROM taskling.task_definition d WHERE d.id = $1`
+
+// keyRooms reads how much each key of the task may still take: its limit, in force over declared,
+// minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
+// room(key) also says the key's limit (0: none); busy are the keys with something in use or claimed:
+// only those can be full.
+func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), busy []string, err error) {
+	var holders, keyHolders, overrides string
+	var keyLimit *int
+	var claimedKeys []string
+	var claimedCosts []int32
+	if err := s.db.QueryRow(ctx, keyRoomSQL, taskID).Scan(&holders, &keyHolders, &keyLimit, &overrides, &claimedKeys, &claimedCosts); err != nil {
+		return nil, nil, err
+	}
+	used, err := execution.KeyUsage(holders, keyHolders)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, k := range claimedKeys {
+		used[k] += int(claimedCosts[i])
+	}
+	o := execution.Overrides{KeyLimit: keyLimit}
+	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
+		return nil, nil, err
+	}
+	return func(key string) (int, int) {
+		l, _ := execution.KeyLimitOf(key, declared, o)
+		if l <= 0 {
+			return unlimitedRoom, 0
+		}
+		return l - used[key], l
+	}, slices.Sorted(maps.Keys(used)), nil
+}
+
+const unlimitedRoom = 1 << 30
 
 // ClaimSubmissions claims up to n of the task's first waiting submissions for session, in
-// queue order (none when there is none to claim).
-func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int) ([]ClaimedSubmission, error) {
+// queue order (none when there is none to claim), of keys that have room now (their limits as
+// declared, under the operator's overrides): a key with no room is passed over, and a batch never
+// claims more of a key than its room (those past it are given back). It returns the
+// submissions claimed.
+func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
+	room, busy, err := s.keyRooms(ctx, taskID, declared)
+	if err != nil {
+		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
+	}
+	full := []string{}
+	for _, k := range busy {
+		if r, _ := room(k); r <= 0 {
+			full = append(full, k)
+		}
+	}
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full); err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
 	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
@@ -156,7 +239,20 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	return out, nil
+	taken := map[string]int{}
+	kept := out[:0]
+	for _, sub := range out {
+		// A cost above its key's limit is kept: its start refuses it, and that costs an attempt.
+		if r, limit := room(sub.Key); limit > 0 && sub.Cost <= limit && taken[sub.Key]+sub.Cost > r {
+			if err := s.UnclaimSubmission(ctx, sub.ID, session); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		taken[sub.Key] += sub.Cost
+		kept = append(kept, sub)
+	}
+	return kept, nil
 }
 
 // UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
@@ -247,7 +343,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -263,7 +359,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -281,7 +377,7 @@ SELECT sub.id, d.application_name, d.task_name, sub.status,
           AND (a.priority > sub.priority OR (a.priority = sub.priority AND a.id < sub.id))) ELSE 0 END AS position,
     sub.priority, sub.reference_value, sub.header, sub.attempts, sub.max_attempts,
     sub.execution_id, e.items_done, e.items_total, sub.last_error, sub.cancel_requested_at, sub.cancel_reason,
-    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate
+    sub.submitted_at, sub.updated_at, sub.finished_at, sub.traceparent, sub.tracestate, sub.key, sub.cost
 FROM taskling.submission sub
 JOIN taskling.task_definition d ON d.id = sub.task_id
 LEFT JOIN taskling.task_execution e ON e.id = sub.execution_id
@@ -301,7 +397,8 @@ func scanSubmission(row pgx.CollectableRow) (tasklingtype.Submission, error) {
 	err := row.Scan(&x.ID, &x.Application, &x.Task, &status, &x.Position, &x.Priority, (*zeronull.Text)(&x.ReferenceValue),
 		&header, &x.Attempts, &x.MaxAttempts, (*zeronull.Int8)(&x.ExecutionID), (*zeronull.Int8)(&x.ItemsDone),
 		(*zeronull.Int8)(&x.ItemsTotal), (*zeronull.Text)(&x.LastError), &cancelRequested, (*zeronull.Text)(&x.CancelReason),
-		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt, (*zeronull.Text)(&x.Trace.Traceparent), (*zeronull.Text)(&x.Trace.Tracestate))
+		&x.SubmittedAt, &x.UpdatedAt, &x.FinishedAt, (*zeronull.Text)(&x.Trace.Traceparent), (*zeronull.Text)(&x.Trace.Tracestate),
+		&x.Key, &x.Cost)
 	x.Status = tasklingtype.SubmissionStatus(codes.Name("submission_status", status))
 	if x.Status == "" {
 		x.Status = tasklingtype.SubmissionStatus(fmt.Sprintf("unknown(%d)", status))
