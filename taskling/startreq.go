@@ -16,7 +16,7 @@ type startReq struct {
 	instant    time.Time
 	submission int64
 	obs        *startObs // what the hooks observe of it (observe.go)
-	options    string // the options' type, for errors ("StartOptions", "SubmitOptions", …)
+	options    string    // the options' type, for errors ("StartOptions", "SubmitOptions", …)
 }
 
 // run serves r once.
