@@ -138,10 +138,6 @@ func printHeartbeats(hb *heartbeatResult) {
 	check(hb.commitsPerSecond <= limit, "commits/s from heartbeats: %.1f; target ≤ 2 per process per interval (%.0f)", hb.commitsPerSecond, limit)
 }
 
-// printIsolationDecision applies the rule for the default isolation level: SERIALIZABLE when it
-// reaches ≥ 0.9× READ COMMITTED in every single-process and independent-task scenario and ≥ 0.8×
-// with 4 processes on one task, and its p99 there is at most 2× READ COMMITTED's (the chaos test's
-// reclaim latency follows that tail).
 // printIsolationDecision checks issue 25's targets for making SERIALIZABLE the default: every
 // taskling scenario's retries under 1 %; with 4 processes on one task, SERIALIZABLE's p99 at most
 // 1.5× READ COMMITTED's and its throughput at least 0.9×; every single-process scenario at least
