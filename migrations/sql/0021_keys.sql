@@ -53,6 +53,9 @@ CREATE TABLE taskling.key_ticket (
     offered_us   bigint   NOT NULL DEFAULT 0,
     threshold_us bigint   NOT NULL,
     window_us    bigint   NOT NULL,
+    -- A direct ticket (a plain WaitForSlot start) is granted by the transaction that frees its
+    -- slot, as a row of taskling.handoff (grant protocol 4); the others are offered the slot.
+    direct       boolean  NOT NULL DEFAULT false,
     PRIMARY KEY (stripe, task_id, id),
     CHECK (stripe = task_id % 64)
 ) PARTITION BY LIST (stripe);
@@ -213,6 +216,11 @@ ALTER TABLE taskling.task_definition
     ADD CONSTRAINT task_definition_key_limit_check CHECK (key_limit BETWEEN 0 AND 10000);
 
 ALTER TABLE taskling.task_execution
+    ADD COLUMN key text NOT NULL DEFAULT '',
+    ADD COLUMN cost integer NOT NULL DEFAULT 1;
+
+-- A grant to a direct ticket carries the ticket's key and cost to the execution its waiter takes.
+ALTER TABLE taskling.handoff
     ADD COLUMN key text NOT NULL DEFAULT '',
     ADD COLUMN cost integer NOT NULL DEFAULT 1;
 

@@ -115,24 +115,51 @@ type ClaimedSubmission struct {
 	Cost        int     `db:"cost"`
 }
 
-// claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
-// has claimed, whose key is not one of $5 (keys with no room): a claim lapses once its worker's
-// session is silent for longer than the claim's threshold (on the database clock), as a waiter's
-// ticket does.
+// claimSubmissionsSQL takes $4 waiting submissions of the task that no live worker has claimed,
+// whose key is not one of $5 (keys with no room), taking turns across keys: by priority, then the
+// key with the least cost in use and claimed ($6 keys, $7 their costs; others none), then by
+// their place in their key's line, then oldest first — so a key with one submission is claimed
+// before the next of a key with many. A claim lapses once its worker's session is silent for
+// longer than the claim's threshold (on the database clock), as a waiter's ticket does.
 const claimSubmissionsSQL = `
-UPDATE taskling.submission s
-SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
-WHERE s.id IN (
-    SELECT c.id FROM taskling.submission c
+WITH r AS (
+    SELECT c.id, c.priority, coalesce(u.used, 0) AS used,
+        row_number() OVER (PARTITION BY c.key, c.priority ORDER BY c.id) AS turn
+    FROM taskling.submission c
+    LEFT JOIN unnest($6::text[], $7::integer[]) AS u(key, used) ON u.key = c.key
     WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
       AND c.key <> ALL($5::text[])
-    ORDER BY c.priority DESC, c.id
+)
+UPDATE taskling.submission s
+SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
+WHERE s.id IN (
+    SELECT c.id FROM taskling.submission c JOIN r ON r.id = c.id
+    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
+    ORDER BY r.priority DESC, r.used, r.turn, r.id
     LIMIT $4
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE OF c SKIP LOCKED)
 RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.key, s.cost`
+
+// sortByTurns orders claimed submissions as the claim took them (RETURNING keeps no order): by
+// priority, then the key with the least in use, then by their place in their key's line, then
+// oldest first.
+func sortByTurns(subs []ClaimedSubmission, used map[string]int) {
+	slices.SortFunc(subs, func(a, b ClaimedSubmission) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
+	})
+	turn := map[string]int{}
+	turns := make(map[int64]int, len(subs))
+	for _, s := range subs {
+		turn[s.Key]++
+		turns[s.ID] = turn[s.Key]
+	}
+	slices.SortStableFunc(subs, func(a, b ClaimedSubmission) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(used[a.Key], used[b.Key]), cmp.Compare(turns[a.ID], turns[b.ID]))
+	})
+}
 
 // keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
 // operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
@@ -150,9 +177,9 @@ FROM taskling.task_definition d WHERE d.id = $1`
 
 // keyRooms reads how much each key of the task may still take: its limit, in force over declared,
 // minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
-// room(key) also says the key's limit (0: none); busy are the keys with something in use or claimed:
-// only those can be full.
-func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), busy []string, err error) {
+// room(key) also says the key's limit (0: none); used are the costs in use and claimed, by key
+// (only those keys can be full).
+func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
 	var holders, keyHolders, overrides string
 	var keyLimit *int
 	var claimedKeys []string
@@ -160,7 +187,7 @@ func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.S
 	if err := s.db.QueryRow(ctx, keyRoomSQL, taskID).Scan(&holders, &keyHolders, &keyLimit, &overrides, &claimedKeys, &claimedCosts); err != nil {
 		return nil, nil, err
 	}
-	used, err := execution.KeyUsage(holders, keyHolders)
+	used, err = execution.KeyUsage(holders, keyHolders)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,7 +204,7 @@ func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.S
 			return unlimitedRoom, 0
 		}
 		return l - used[key], l
-	}, slices.Sorted(maps.Keys(used)), nil
+	}, used, nil
 }
 
 const unlimitedRoom = 1 << 30
@@ -188,26 +215,22 @@ const unlimitedRoom = 1 << 30
 // claims more of a key than its room (those past it are given back). It returns the
 // submissions claimed.
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
-	room, busy, err := s.keyRooms(ctx, taskID, declared)
+	room, used, err := s.keyRooms(ctx, taskID, declared)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	full := []string{}
-	for _, k := range busy {
+	full, keys, costs := []string{}, []string{}, []int32{}
+	for _, k := range slices.Sorted(maps.Keys(used)) {
 		if r, _ := room(k); r <= 0 {
 			full = append(full, k)
 		}
+		keys, costs = append(keys, k), append(costs, int32(used[k]))
 	}
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full, keys, costs); err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	sortByTurns(out, used)
 	taken := map[string]int{}
 	kept := out[:0]
 	for _, sub := range out {
