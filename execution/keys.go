@@ -350,7 +350,8 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 			return false
 		}
 		if _, granted := d.st.handoffs[ticket]; granted && d.terms[ticket].exec != 0 {
-			res.Ticket, res.Direct, res.HandedOff = ticket, true, true // a row ticket's grant: its waiter takes it
+			// Granted to its ticket: its waiter takes it (TakeHandoff); this attempt starts nothing.
+			res.Ticket, res.Direct, res.HandedOff, res.Denied = ticket, true, true, DeniedLimit
 			return false
 		}
 	}
