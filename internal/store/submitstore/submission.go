@@ -113,53 +113,52 @@ type ClaimedSubmission struct {
 	MaxAttempts int     `db:"max_attempts"`
 	Key         string  `db:"key"`
 	Cost        int     `db:"cost"`
+	// Rank is its place in the claim's order (claimSubmissionsSQL).
+	Rank int64 `db:"rank"`
 }
 
 // claimSubmissionsSQL takes $4 waiting submissions of the task that no live worker has claimed,
 // whose key is not one of $5 (keys with no room), taking turns across keys: by priority, then the
-// key with the least cost in use and claimed ($6 keys, $7 their costs; others none), then by
-// their place in their key's line, then oldest first — so a key with one submission is claimed
-// before the next of a key with many. A claim lapses once its worker's session is silent for
-// longer than the claim's threshold (on the database clock), as a waiter's ticket does.
+// key with the least cost in use and claimed ($6 keys, $7 their costs; others none), then the
+// key served least and least recently by the slots' round robin (taskling.task_key; a key without
+// a row as one joining now), then by their place in their key's line, then the key with the
+// shorter line, then oldest first — so a key with one submission is claimed before the next of a
+// key with many, even when that key's runs have just ended (its row went with its last holder, so
+// it ties with a key that never ran). A claim lapses once its worker's session is silent for
+// longer than the claim's threshold (on the database clock), as a waiter's ticket does. The
+// claim's test is repeated beside the lock: a row another worker claimed since r's snapshot is
+// rechecked there (READ COMMITTED), not in r, and must not be claimed twice.
 const claimSubmissionsSQL = `
-WITH r AS (
+WITH v AS (SELECT d.key_vtime FROM taskling.task_definition d WHERE d.id = $1),
+r AS (
     SELECT c.id, c.priority, coalesce(u.used, 0) AS used,
-        row_number() OVER (PARTITION BY c.key, c.priority ORDER BY c.id) AS turn
+        greatest(coalesce(k.pass, 0), (SELECT key_vtime FROM v)) AS pass, coalesce(k.granted_us, 0) AS granted_us,
+        row_number() OVER (PARTITION BY c.key, c.priority ORDER BY c.id) AS turn,
+        count(*) OVER (PARTITION BY c.key, c.priority) AS line
     FROM taskling.submission c
     LEFT JOIN unnest($6::text[], $7::integer[]) AS u(key, used) ON u.key = c.key
+    LEFT JOIN taskling.task_key k ON k.stripe = $1 % 64 AND k.task_id = $1 AND k.key = c.key
     WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
       AND c.key <> ALL($5::text[])
+), q AS (
+    SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.used, r.pass, r.granted_us, r.turn, r.line, r.id) AS rank FROM r
 )
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
-WHERE s.id IN (
-    SELECT c.id FROM taskling.submission c JOIN r ON r.id = c.id
+FROM (
+    SELECT c.id, q.rank FROM taskling.submission c JOIN q ON q.id = c.id
     WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
-    ORDER BY r.priority DESC, r.used, r.turn, r.id
+      AND (c.claimed_by IS NULL OR NOT EXISTS (
+          SELECT 1 FROM taskling.session w
+          WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
+    ORDER BY q.rank
     LIMIT $4
-    FOR UPDATE OF c SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.key, s.cost`
-
-// sortByTurns orders claimed submissions as the claim took them (RETURNING keeps no order): by
-// priority, then the key with the least in use, then by their place in their key's line, then
-// oldest first.
-func sortByTurns(subs []ClaimedSubmission, used map[string]int) {
-	slices.SortFunc(subs, func(a, b ClaimedSubmission) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
-	})
-	turn := map[string]int{}
-	turns := make(map[int64]int, len(subs))
-	for _, s := range subs {
-		turn[s.Key]++
-		turns[s.ID] = turn[s.Key]
-	}
-	slices.SortStableFunc(subs, func(a, b ClaimedSubmission) int {
-		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(used[a.Key], used[b.Key]), cmp.Compare(turns[a.ID], turns[b.ID]))
-	})
-}
+    FOR UPDATE OF c SKIP LOCKED) p
+WHERE s.id = p.id
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.key, s.cost, p.rank`
 
 // keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
 // operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
@@ -230,7 +229,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full, keys, costs); err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	sortByTurns(out, used)
+	slices.SortFunc(out, func(a, b ClaimedSubmission) int { return cmp.Compare(a.Rank, b.Rank) }) // RETURNING keeps no order
 	taken := map[string]int{}
 	kept := out[:0]
 	for _, sub := range out {
