@@ -220,18 +220,28 @@ ORDER BY r.fence`
 
 // takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, with
 // the ticket's key and cost, in one statement. The execution starts at its grant, as every
-// grant's does.
+// grant's does. A start of claimed submission $11 starts its attempt there too, as linkSQL does
+// ($12 in progress, $13 waiting): the attempt is 0 when the submission is no longer this
+// session's to start (cancelled, or claimed by another worker), as for a grant of an acquire.
 const takeHandoffSQL = `
 WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2 AND lapsed_at IS NULL
-           RETURNING exec_id, token_id, fence, granted_at, death_threshold, key, cost)
-INSERT INTO taskling.task_execution (
-    id, task_id, started_at, last_keep_alive, host_name, session_id,
-    death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
-    reference_value, idempotent, header, blocked, token_id, fence, library_version, key, cost)
-SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
-    $8, false, $9::jsonb, false, h.token_id, h.fence, $10, h.key, h.cost
-FROM h
-RETURNING id, token_id, fence, started_at, keep_alive_death_threshold`
+           RETURNING exec_id, token_id, fence, granted_at, death_threshold, key, cost),
+e AS (
+    INSERT INTO taskling.task_execution (
+        id, task_id, started_at, last_keep_alive, host_name, session_id,
+        death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
+        reference_value, idempotent, header, blocked, token_id, fence, library_version, key, cost)
+    SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
+        $8, false, $9::jsonb, false, h.token_id, h.fence, $10, h.key, h.cost
+    FROM h
+    RETURNING id, token_id, fence, started_at, keep_alive_death_threshold),
+s AS (
+    UPDATE taskling.submission s
+    SET status = $12::smallint, attempts = s.attempts + 1, execution_id = e.id, claimed_by = NULL, updated_at = clock_timestamp()
+    FROM e WHERE s.id = $11 AND s.status = $13::smallint AND s.claimed_by = $4
+    RETURNING s.id, s.attempts, e.id AS exec),
+a AS (INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id) SELECT id, attempts, exec FROM s RETURNING attempt)
+SELECT e.id, e.token_id, e.fence, e.started_at, e.keep_alive_death_threshold, coalesce((SELECT attempt FROM a), 0) FROM e`
 
 // ErrNotHandedOff: no slot was granted to the ticket, or it was taken back.
 var ErrNotHandedOff = errors.New("no slot granted to the ticket")
@@ -239,7 +249,9 @@ var ErrNotHandedOff = errors.New("no slot granted to the ticket")
 // TakeHandoffRequest takes the slot granted to a direct ticket.
 type TakeHandoffRequest struct {
 	Requester
-	Ticket         int64
+	Ticket int64
+	// Submission is the claimed submission whose attempt the grant starts (0: none).
+	Submission     int64
 	ReferenceValue *string
 	Header         []byte // JSON, or nil
 	// Effective are the settings the waiter's last attempt was told; the death threshold is the
@@ -265,8 +277,9 @@ func (s *Store) TakeHandoff(ctx context.Context, req TakeHandoffRequest) (Acquir
 		take = takeHandoffSQL
 	}
 	err := s.pool.QueryRow(tctx, take, req.Ticket, req.TaskID, req.Host, req.SessionID, effective.DeathMode,
-		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion).
-		Scan(&res.ExecutionID, &res.TokenID, &res.Fence, &res.StartedAt, &res.Effective.KeepAliveDeathThreshold)
+		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion,
+		req.Submission, codes.SubmissionInProgress, codes.SubmissionWaiting).
+		Scan(&res.ExecutionID, &res.TokenID, &res.Fence, &res.StartedAt, &res.Effective.KeepAliveDeathThreshold, &res.Attempt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return AcquireResult{}, ErrNotHandedOff
