@@ -174,3 +174,30 @@ func keyedHandoff(t *testing.T, level taskling.Isolation) {
 	require.ErrorIs(t, b.denied(t, &taskling.StartOptions{Key: "acme", Cost: 2}), taskling.ErrLimitReached, "2 of 3 are held")
 	b.start(t, &taskling.StartOptions{Key: "acme"})
 }
+
+// A submission's start waits with a direct ticket too: the release grants it the slot, and the
+// take starts the submission's attempt under the ticket's id.
+func TestAReleasedSlotGoesStraightToTheSubmissionFirstInLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	holder := b.start(t, nil)
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: "acme"})
+	require.NoError(t, err)
+	ran := make(chan *taskling.Execution, 1)
+	b.work(t, newClient(t, b.pool, withLimit(1)), func(_ context.Context, e *taskling.Execution) error { ran <- e; return nil }, nil)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM taskling.key_ticket WHERE key = 'acme' AND direct`) == 1
+	}, 10*time.Second, 5*time.Millisecond, "a submission's ticket is direct")
+	var ticket int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM taskling.key_ticket`).Scan(&ticket))
+
+	require.NoError(t, holder.Complete(b.ctx))
+	e := <-ran
+	require.Equal(t, ticket, e.ID(), "the slot was granted to the ticket")
+	require.Equal(t, id, e.SubmissionID())
+	require.Equal(t, 1, e.Attempt())
+	require.Equal(t, "acme", e.Key())
+	b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.submission_attempt WHERE submission_id = $1 AND execution_id = $2`, id, ticket))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM taskling.task_execution`), "the holder's and the ticket's: no other")
+}
