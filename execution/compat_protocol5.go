@@ -106,3 +106,33 @@ INSERT INTO taskling.task_execution (
 VALUES ($1, clock_timestamp(), clock_timestamp(), clock_timestamp(), $2, nullif($3, 0), $4, $5, $6, $7,
     $8, $9, $10, true, $11, $12, $13)
 RETURNING id`
+
+// p5InsertHandoffsSQL is insertHandoffsSQL on a schema before 0022 (no keys).
+const p5InsertHandoffsSQL = `
+INSERT INTO taskling.handoff (exec_id, task_id, token_id, fence, granted_at, lapses_at, death_threshold)
+SELECT r.exec, r.task, r.token::uuid, r.fence, clock_timestamp(), clock_timestamp() + r.window_us * interval '1 microsecond',
+    r.threshold_us * interval '1 microsecond'
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
+    AS r(exec, task, token, fence, window_us, threshold_us)
+ORDER BY r.fence`
+
+// p5TakeHandoffSQL is takeHandoffSQL on a schema before 0022 (no keys).
+const p5TakeHandoffSQL = `
+WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2 AND lapsed_at IS NULL
+           RETURNING exec_id, token_id, fence, granted_at, death_threshold),
+e AS (
+    INSERT INTO taskling.task_execution (
+        id, task_id, started_at, last_keep_alive, host_name, session_id,
+        death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
+        reference_value, idempotent, header, blocked, token_id, fence, library_version)
+    SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
+        $8, false, $9::jsonb, false, h.token_id, h.fence, $10
+    FROM h
+    RETURNING id, token_id, fence, started_at, keep_alive_death_threshold),
+s AS (
+    UPDATE taskling.submission s
+    SET status = $12::smallint, attempts = s.attempts + 1, execution_id = e.id, claimed_by = NULL, updated_at = clock_timestamp()
+    FROM e WHERE s.id = $11 AND s.status = $13::smallint AND s.claimed_by = $4
+    RETURNING s.id, s.attempts, e.id AS exec),
+a AS (INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id) SELECT id, attempts, exec FROM s RETURNING attempt)
+SELECT e.id, e.token_id, e.fence, e.started_at, e.keep_alive_death_threshold, coalesce((SELECT attempt FROM a), 0) FROM e`

@@ -46,18 +46,31 @@ type handoffGrant struct {
 	exec, fence       int64
 	token             uuid.UUID
 	window, threshold time.Duration
+	key               string
+	cost              int
 }
 
 // handoffRows are the grants to direct tickets a transaction writes, as column arrays.
 type handoffRows struct {
 	execs, tasks, fences, windows, thresholds []int64
-	tokens                                    []string
+	tokens, keys                              []string
+	costs                                     []int32
 }
 
 func (r *handoffRows) add(task int64, h handoffGrant) {
 	r.execs, r.tasks, r.fences = append(r.execs, h.exec), append(r.tasks, task), append(r.fences, h.fence)
 	r.tokens = append(r.tokens, h.token.String())
 	r.windows, r.thresholds = append(r.windows, h.window.Microseconds()), append(r.thresholds, h.threshold.Microseconds())
+	r.keys, r.costs = append(r.keys, h.key), append(r.costs, int32(max(h.cost, 1)))
+}
+
+// args are insertHandoffsSQL's arguments; keyed: with the keys and costs (a schema of 0022).
+func (r *handoffRows) args(keyed bool) []any {
+	a := []any{r.execs, r.tasks, r.tokens, r.fences, r.windows, r.thresholds}
+	if keyed {
+		a = append(a, r.keys, r.costs)
+	}
+	return a
 }
 
 // handOff grants the free slots to the direct tickets first in line. It stops at a ticket that
@@ -69,16 +82,11 @@ func (r *handoffRows) add(task int64, h handoffGrant) {
 // whose waiter died lets its grant lapse).
 func (d *decider) handOff() error {
 	st := d.st
-	o := st.overrides
 	alive := d.alive
 	if st.heartbeats == nil {
 		alive = func(int64) bool { return true }
 	}
-	switch {
-	case st.handoffs == nil, st.protocol < 4, st.protocol > ProtocolVersion, d.list.IsUnlimited(),
-		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
-		o.DeathMode != nil && *o.DeathMode != codes.DeathKeepAlive, // the grant lives by the waiter's session
-		len(d.missingTerms()) > 0 && st.legacy == nil:
+	if !d.mayHandOff() {
 		return nil
 	}
 	for len(d.queue.tickets) > 0 && d.free() > 0 {
@@ -103,6 +111,21 @@ func (d *decider) handOff() error {
 			window: t.window, threshold: t.threshold})
 	}
 	return nil
+}
+
+// mayHandOff reports whether a freed slot may be granted to a direct ticket now: not where a
+// grant would need what the transaction does not know or an acquire would decide differently.
+func (d *decider) mayHandOff() bool {
+	st := d.st
+	o := st.overrides
+	switch {
+	case st.handoffs == nil, st.protocol < 4, st.protocol > ProtocolVersion, d.list.IsUnlimited(),
+		o.Enabled != nil && !*o.Enabled, o.ConcurrencyLimit != nil && *o.ConcurrencyLimit != d.list.Limit(),
+		o.DeathMode != nil && *o.DeathMode != codes.DeathKeepAlive, // the grant lives by the waiter's session
+		len(d.missingTerms()) > 0 && st.legacy == nil:
+		return false
+	}
+	return true
 }
 
 // handed lists the tickets granted a slot now.
@@ -133,6 +156,9 @@ func (d *decider) giveBack(ticket int64) {
 			d.freed = true
 		}
 		break
+	}
+	if d.keys != nil {
+		d.keys.dropHold(ticket)
 	}
 	// Its row lapses (a take still in flight finishes first, and then there is no row to mark);
 	// an execution a take started anyway ends as failed.
@@ -183,28 +209,39 @@ func settleHandoffs(handoffs map[int64]handoff, nowUS int64) {
 
 const (
 	insertHandoffsSQL = `
-INSERT INTO taskling.handoff (exec_id, task_id, token_id, fence, granted_at, lapses_at, death_threshold)
+INSERT INTO taskling.handoff (exec_id, task_id, token_id, fence, granted_at, lapses_at, death_threshold, key, cost)
 SELECT r.exec, r.task, r.token::uuid, r.fence, clock_timestamp(), clock_timestamp() + r.window_us * interval '1 microsecond',
-    r.threshold_us * interval '1 microsecond'
-FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[])
-    AS r(exec, task, token, fence, window_us, threshold_us)
+    r.threshold_us * interval '1 microsecond', r.key, r.cost
+FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::integer[])
+    AS r(exec, task, token, fence, window_us, threshold_us, key, cost)
 ORDER BY r.fence`
 	lapseHandoffsSQL = `UPDATE taskling.handoff SET lapsed_at = clock_timestamp() WHERE exec_id = ANY($1) AND lapsed_at IS NULL`
 )
 
-// takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, in
-// one statement. The execution starts at its grant, as every grant's does.
+// takeHandoffSQL takes the grant to ticket $1 of task $2: its row goes, its execution comes, with
+// the ticket's key and cost, in one statement. The execution starts at its grant, as every
+// grant's does. A start of claimed submission $11 starts its attempt there too, as linkSQL does
+// ($12 in progress, $13 waiting): the attempt is 0 when the submission is no longer this
+// session's to start (cancelled, or claimed by another worker), as for a grant of an acquire.
 const takeHandoffSQL = `
 WITH h AS (DELETE FROM taskling.handoff WHERE exec_id = $1 AND task_id = $2 AND lapsed_at IS NULL
-           RETURNING exec_id, token_id, fence, granted_at, death_threshold)
-INSERT INTO taskling.task_execution (
-    id, task_id, started_at, last_keep_alive, host_name, session_id,
-    death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
-    reference_value, idempotent, header, blocked, token_id, fence, library_version)
-SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
-    $8, false, $9::jsonb, false, h.token_id, h.fence, $10
-FROM h
-RETURNING id, token_id, fence, started_at, keep_alive_death_threshold`
+           RETURNING exec_id, token_id, fence, granted_at, death_threshold, key, cost),
+e AS (
+    INSERT INTO taskling.task_execution (
+        id, task_id, started_at, last_keep_alive, host_name, session_id,
+        death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold,
+        reference_value, idempotent, header, blocked, token_id, fence, library_version, key, cost)
+    SELECT h.exec_id, $2, h.granted_at, clock_timestamp(), $3, $4, $5, $6, h.death_threshold, $7,
+        $8, false, $9::jsonb, false, h.token_id, h.fence, $10, h.key, h.cost
+    FROM h
+    RETURNING id, token_id, fence, started_at, keep_alive_death_threshold),
+s AS (
+    UPDATE taskling.submission s
+    SET status = $12::smallint, attempts = s.attempts + 1, execution_id = e.id, claimed_by = NULL, updated_at = clock_timestamp()
+    FROM e WHERE s.id = $11 AND s.status = $13::smallint AND s.claimed_by = $4
+    RETURNING s.id, s.attempts, e.id AS exec),
+a AS (INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id) SELECT id, attempts, exec FROM s RETURNING attempt)
+SELECT e.id, e.token_id, e.fence, e.started_at, e.keep_alive_death_threshold, coalesce((SELECT attempt FROM a), 0) FROM e`
 
 // ErrNotHandedOff: no slot was granted to the ticket, or it was taken back.
 var ErrNotHandedOff = errors.New("no slot granted to the ticket")
@@ -212,7 +249,9 @@ var ErrNotHandedOff = errors.New("no slot granted to the ticket")
 // TakeHandoffRequest takes the slot granted to a direct ticket.
 type TakeHandoffRequest struct {
 	Requester
-	Ticket         int64
+	Ticket int64
+	// Submission is the claimed submission whose attempt the grant starts (0: none).
+	Submission     int64
 	ReferenceValue *string
 	Header         []byte // JSON, or nil
 	// Effective are the settings the waiter's last attempt was told; the death threshold is the
@@ -233,9 +272,14 @@ func (s *Store) TakeHandoff(ctx context.Context, req TakeHandoffRequest) (Acquir
 	}
 	tctx, cancel := lastRoundTrip(ctx)
 	defer cancel()
-	err := s.pool.QueryRow(tctx, takeHandoffSQL, req.Ticket, req.TaskID, req.Host, req.SessionID, effective.DeathMode,
-		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion).
-		Scan(&res.ExecutionID, &res.TokenID, &res.Fence, &res.StartedAt, &res.Effective.KeepAliveDeathThreshold)
+	take := p5TakeHandoffSQL
+	if s.epochs.keys.Load() {
+		take = takeHandoffSQL
+	}
+	err := s.pool.QueryRow(tctx, take, req.Ticket, req.TaskID, req.Host, req.SessionID, effective.DeathMode,
+		effective.KeepAliveInterval, effective.OverrideThreshold, req.ReferenceValue, header, s.opts.LibraryVersion,
+		req.Submission, codes.SubmissionInProgress, codes.SubmissionWaiting).
+		Scan(&res.ExecutionID, &res.TokenID, &res.Fence, &res.StartedAt, &res.Effective.KeepAliveDeathThreshold, &res.Attempt)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return AcquireResult{}, ErrNotHandedOff

@@ -246,3 +246,41 @@ func TestALapsedGrantLeftOutOfANewListLapses(t *testing.T) {
 	require.Equal(t, []int64{50}, plan.lapsed)
 	require.NotContains(t, termExecs(mustTerms(t, strings.ReplaceAll(plan.holders, grantMark, "A:0"))), int64(50))
 }
+
+// A keyed waiter that leaves gives back every slot of its grant's cost, and its key's hold: the
+// key's row may go.
+func TestAKeyedWaiterThatLeavesGivesItsWholeGrantBack(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.tokens = tokens.List{Tokens: []tokens.Token{held(t1, 50), held(t2, 50)}}.String()
+	st.queue = ""
+	st.reserved = []int64{100}
+	st.keys = &keyRow{holders: formatKeyHolders(map[int64]keyHold{50: {key: "b", cost: 2}})}
+	r := waiterReq(50, 2)
+	r.acquire.kind = opLeave
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	require.Equal(t, []int64{50}, plan.lapsed)
+	require.Empty(t, parsed(t, plan.tokens).Grantees(), "both slots are free")
+	require.NotNil(t, plan.keys)
+	require.Empty(t, plan.keys.holders)
+	require.Equal(t, []string{"b"}, plan.keys.drops, "its key holds nothing now")
+}
+
+// A keyed waiter's attempt while a slot is granted to its ticket learns so and starts nothing:
+// its waiter takes the grant.
+func TestAKeyedWaiterGrantedItsSlotTakesItAndStartsNothing(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	st.queue = ""
+	st.reserved = []int64{100}
+	st.keys = &keyRow{holders: formatKeyHolders(map[int64]keyHold{50: {key: "b", cost: 1}})}
+	r := waiterReq(50, 2)
+	r.acquire.Key, r.acquire.RecordDenial = "b", false // a waiter's denials are recorded when it gives up
+	plan, err := decide(st, []request{r}, counter())
+	require.NoError(t, err)
+	res := plan.results[0].acquire
+	require.True(t, res.HandedOff)
+	require.Equal(t, int64(50), res.Ticket)
+	require.Equal(t, DeniedLimit, res.Denied, "not a grant of its own")
+	require.Empty(t, plan.inserts, "no execution is started by the attempt")
+	require.Equal(t, []int64{50}, parsed(t, plan.tokens).Grantees())
+}

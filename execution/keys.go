@@ -201,7 +201,13 @@ func (d *decider) fairFor(declared *Settings) *fair {
 		decl = *declared
 	}
 	o := d.st.overrides
-	return &fair{free: free, used: used, round: maps.Clone(k.rounds), vtime: k.vtime, nowUS: d.st.nowUS,
+	round := maps.Clone(k.rounds)
+	for _, t := range k.waiting {
+		if _, ok := round[t.key]; !ok {
+			round[t.key] = keyRound{pass: k.vtime} // its row joins at the virtual time as it is now
+		}
+	}
+	return &fair{free: free, used: used, round: round, vtime: k.vtime, nowUS: d.st.nowUS,
 		limit: func(key string) int { l, _ := KeyLimitOf(key, decl, o); return l }}
 }
 
@@ -344,7 +350,8 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 			return false
 		}
 		if _, granted := d.st.handoffs[ticket]; granted && d.terms[ticket].exec != 0 {
-			res.Ticket, res.Direct, res.HandedOff = ticket, true, true // a row ticket's grant: its waiter takes it
+			// Granted to its ticket: its waiter takes it (TakeHandoff); this attempt starts nothing.
+			res.Ticket, res.Direct, res.HandedOff, res.Denied = ticket, true, true, DeniedLimit
 			return false
 		}
 	}
@@ -369,6 +376,9 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 			return false
 		}
 		mine = k.enqueue(req, execID, d.st.nowUS, res.Effective)
+		// As a row ticket: a direct one's grant is held by the waiter's session (KeepAlive), where
+		// the schema records grants to take.
+		mine.direct = req.Queue.Direct && res.Effective.KeepAlive() && d.st.handoffs != nil && d.st.protocol >= 4
 	}
 	plan, held := f.plan(k.waiting)
 	k.checkComplete(f, plan, held)
@@ -381,6 +391,7 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 		return false
 	}
 	res.Ticket, res.Position, res.Denied = mine.id, k.position(mine), f.denial(key, cost)
+	res.Direct = mine.direct
 	return false
 }
 
@@ -513,7 +524,13 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 	plan, held := f.plan(k.waiting)
 	k.checkComplete(f, plan, held)
 	fresh := false
+	handing := d.mayHandOff()
+	var handed []int64
 	for _, t := range plan {
+		if t.direct && handing && d.handOffKeyed(t) {
+			handed, fresh = append(handed, t.id), true
+			continue
+		}
 		if t.offeredUS == 0 {
 			t.offeredUS, fresh = d.st.nowUS, true
 			switch {
@@ -527,8 +544,35 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 		}
 		d.plan.offered = append(d.plan.offered, t.id)
 	}
-	d.plan.offered = append(d.plan.offered, k.unfit...)
+	d.plan.offered = append(append(handed, d.plan.offered...), k.unfit...)
 	return fresh || len(k.unfit) > 0
+}
+
+// handOffKeyed grants t's cost to its direct ticket in this transaction (handoff.go): its waiter
+// takes the grant, with its key and cost, without the task row. false: it cannot be granted now
+// (a new timeline's hold, or the tokens are not free), and is offered instead.
+func (d *decider) handOffKeyed(t *keyTicket) bool {
+	if hold, err := d.holdLeft(t.threshold); err != nil || hold > 0 {
+		return false
+	}
+	alive := d.alive
+	if d.st.heartbeats == nil {
+		alive = func(int64) bool { return true }
+	}
+	var g tokens.GrantNResult
+	if d.list, g = d.list.GrantN(t.id, t.cost, alive); !g.Granted {
+		return false
+	}
+	d.keys.remove(t)
+	for _, id := range g.Reclaimed {
+		d.reclaim(id)
+	}
+	d.plan.fence = max(d.plan.fence, d.st.epoch.base) + 1
+	d.addTerm(term{exec: t.id, session: t.session, grantedUS: pendingUS, threshold: t.threshold})
+	d.plan.handoffs = append(d.plan.handoffs, handoffGrant{exec: t.id, fence: d.plan.fence, token: g.TokenIDs[0],
+		window: t.window, threshold: t.threshold, key: t.key, cost: t.cost})
+	d.keys.granted(t.id, t.key, t.cost, d.st.nowUS)
+	return true
 }
 
 // keyTicket is the keyed decision's waiter with ticket id, if any.

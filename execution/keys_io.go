@@ -125,7 +125,7 @@ func scanKeyTickets(rows pgx.Rows, r *keyReads) error {
 		t := &keyTicket{}
 		var thresholdUS, windowUS, heartbeat int64
 		if err := rows.Scan(&t.id, &t.key, &t.cost, &t.priority, &t.session, &t.queuedUS, &t.offeredUS, &thresholdUS, &windowUS,
-			&heartbeat); err != nil {
+			&t.direct, &heartbeat); err != nil {
 			return err
 		}
 		t.threshold, t.window = usDuration(thresholdUS), usDuration(windowUS)
@@ -146,12 +146,14 @@ func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 		var ids, sessions, queued, offered, thresholds, windows []int64
 		var keys []string
 		var costs, priorities []int32
+		var direct []bool
 		for _, t := range p.insert {
 			ids, sessions, queued, offered = append(ids, t.id), append(sessions, t.session), append(queued, t.queuedUS), append(offered, t.offeredUS)
 			thresholds, windows = append(thresholds, t.threshold.Microseconds()), append(windows, t.window.Microseconds())
 			keys, costs, priorities = append(keys, t.key), append(costs, int32(t.cost)), append(priorities, int32(t.priority))
+			direct = append(direct, t.direct)
 		}
-		b.Queue(insertKeyTicketsSQL, stripe, id, ids, keys, costs, priorities, sessions, queued, thresholds, windows, offered)
+		b.Queue(insertKeyTicketsSQL, stripe, id, ids, keys, costs, priorities, sessions, queued, thresholds, windows, offered, direct)
 	}
 	if len(p.update) > 0 {
 		var ids, queued, offered []int64

@@ -135,6 +135,11 @@ func (w *keyWorld) apply(t *rapid.T, reqs []request, plan txPlan) {
 	for _, tm := range plan.reclaims {
 		delete(w.holders, tm.exec)
 	}
+	for _, h := range plan.handoffs { // the waiter takes its grant at once
+		wt := w.waiters[h.exec]
+		w.holders[h.exec] = worldHolder{key: h.key, cost: max(h.cost, 1), token: h.token, session: wt.session} // an unkeyed grant's cost is 1
+		delete(w.waiters, h.exec)
+	}
 	terms, err := parseTerms(w.st.holders)
 	if err != nil {
 		t.Fatalf("holders: %v", err)
@@ -244,9 +249,16 @@ func (w *keyWorld) overridesParsed() Overrides {
 }
 
 // checkWorkConserving: with every holder alive (the decision reaped the dead), the plan of the
-// stored live tickets on the capacity left grants only tickets already offered.
+// stored live tickets on the capacity left grants only tickets already offered (or handed the
+// slot: they hold it now).
 func (w *keyWorld) checkWorkConserving(t *rapid.T, list tokens.List) {
-	decl := w.declared()
+	// The limits as the row stores them: the last acquire's declaration (a decision without one,
+	// a departure say, uses it).
+	var decl Settings
+	if l := w.st.keys.declaredLimit; l != nil {
+		decl.KeyLimit = *l
+	}
+	decl.KeyLimits, _ = ParseKeyLimits(w.st.keys.declared)
 	o := w.overridesParsed()
 	used := map[string]int{}
 	inUse := 0
@@ -298,7 +310,8 @@ func TestKeyedDecisionsKeepEveryLimitAndLeaveNoFittingTicketWaiting(t *testing.T
 			},
 			"wait": func(t *rapid.T) {
 				a := w.acquisition(rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
-				a.Queue = &Queue{Priority: rapid.IntRange(0, 1).Draw(t, "priority"), OfferWindow: 3 * time.Second}
+				a.Queue = &Queue{Priority: rapid.IntRange(0, 1).Draw(t, "priority"), OfferWindow: 3 * time.Second,
+					Direct: rapid.Bool().Draw(t, "direct")}
 				w.decide(t, []request{{acquire: a}})
 			},
 			"retry": func(t *rapid.T) {

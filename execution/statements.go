@@ -285,22 +285,22 @@ WITH c AS (
     ORDER BY k.top_priority DESC, k.pass, k.granted_us, k.key
     LIMIT $4
 ), t AS (
-    SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us
+    SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us, x.direct
     FROM taskling.key_ticket x WHERE x.stripe = $1 AND x.task_id = $2 AND x.id = ANY($3::bigint[])
     UNION
-    SELECT y.id, y.key, y.cost, y.priority, y.session_id, y.queued_us, y.offered_us, y.threshold_us, y.window_us
+    SELECT y.id, y.key, y.cost, y.priority, y.session_id, y.queued_us, y.offered_us, y.threshold_us, y.window_us, y.direct
     FROM c CROSS JOIN LATERAL (
         SELECT x.* FROM taskling.key_ticket x
         WHERE x.stripe = $1 AND x.task_id = $2 AND x.key = c.key
         ORDER BY x.priority DESC, x.queued_us, x.id
         LIMIT $5) y
     UNION
-    (SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us
+    (SELECT x.id, x.key, x.cost, x.priority, x.session_id, x.queued_us, x.offered_us, x.threshold_us, x.window_us, x.direct
      FROM taskling.key_ticket x WHERE x.stripe = $1 AND x.task_id = $2
      ORDER BY x.queued_us, x.id
      LIMIT $6)
 )
-SELECT t.id, t.key, t.cost, t.priority, t.session_id, t.queued_us, t.offered_us, t.threshold_us, t.window_us,
+SELECT t.id, t.key, t.cost, t.priority, t.session_id, t.queued_us, t.offered_us, t.threshold_us, t.window_us, t.direct,
     coalesce((extract(epoch FROM s.last_heartbeat) * 1000000)::bigint, 0)
 FROM t LEFT JOIN taskling.session s ON s.id = t.session_id`
 
@@ -309,11 +309,12 @@ const deleteKeyTicketsSQL = `DELETE FROM taskling.key_ticket WHERE stripe = $1 A
 
 // insertKeyTicketsSQL queues tickets.
 const insertKeyTicketsSQL = `
-INSERT INTO taskling.key_ticket (stripe, task_id, id, key, cost, priority, session_id, queued_us, threshold_us, window_us, offered_us)
-SELECT $1, $2, r.id, r.key, r.cost, r.priority, r.session, r.queued, r.threshold, r.win, r.offered
+INSERT INTO taskling.key_ticket (stripe, task_id, id, key, cost, priority, session_id, queued_us, threshold_us, window_us, offered_us,
+    direct)
+SELECT $1, $2, r.id, r.key, r.cost, r.priority, r.session, r.queued, r.threshold, r.win, r.offered, r.direct
 FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::integer[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
-            $11::bigint[])
-    AS r(id, key, cost, priority, session, queued, threshold, win, offered)`
+            $11::bigint[], $12::boolean[])
+    AS r(id, key, cost, priority, session, queued, threshold, win, offered, direct)`
 
 // updateKeyTicketsSQL records offers and requeues (an offer not taken in time).
 const updateKeyTicketsSQL = `

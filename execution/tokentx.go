@@ -335,7 +335,11 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 		b.Queue(s.insertExecutionsSQL(false), w.execs.args(s.opts.LibraryVersion, keyed)...).Query(w.readStartTimes)
 	}
 	if h := &w.handoffs; len(h.execs) > 0 {
-		b.Queue(insertHandoffsSQL, h.execs, h.tasks, h.tokens, h.fences, h.windows, h.thresholds)
+		sql := p5InsertHandoffsSQL
+		if keyed {
+			sql = insertHandoffsSQL
+		}
+		b.Queue(sql, h.args(keyed)...)
 	}
 	w.queueLinks(b, linkSQL)
 	if len(w.claimTasks) > 0 {

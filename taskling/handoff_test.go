@@ -129,3 +129,75 @@ func TestHandoffUpgradeServesTheWaitersQueuedBefore(t *testing.T) {
 	require.Equal(t, ticket, next.exec.ID(), "handed over directly")
 	require.NoError(t, next.exec.Complete(ctx))
 }
+
+// A keyed waiter's ticket is direct too: the release grants it the slots of its cost under its
+// key in its own transaction, and the waiter's execution is its ticket, with its key and cost.
+func TestAReleasedSlotGoesStraightToTheKeyedWaiterFirstInLine(t *testing.T) {
+	t.Parallel()
+	for name, level := range map[string]taskling.Isolation{"read committed": taskling.IsolationReadCommitted,
+		"serializable": taskling.IsolationSerializable} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			keyedHandoff(t, level)
+		})
+	}
+}
+
+func keyedHandoff(t *testing.T, level taskling.Isolation) {
+	cfg := withKeys(3, 2, nil)
+	cfg.Isolation = level
+	b := setup(t, cfg)
+	holder := b.start(t, &taskling.StartOptions{Key: "acme", Cost: 2})
+	other := newClient(t, b.pool, &taskling.Config{HostName: "other-host", Isolation: level, Defaults: cfg.Defaults})
+	waited := make(chan startResult, 1)
+	go func() {
+		e, err := other.StartExecution(b.ctx, b.app, b.task, &taskling.StartOptions{WaitForSlot: true, Key: "globex", Cost: 2})
+		waited <- startResult{e, err, time.Now()}
+	}()
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM taskling.key_ticket WHERE key = 'globex' AND cost = 2 AND direct`) == 1
+	}, 10*time.Second, 5*time.Millisecond, "a plain keyed waiter's ticket is direct")
+	var ticket int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM taskling.key_ticket`).Scan(&ticket))
+
+	require.NoError(t, holder.Complete(b.ctx))
+	got := <-waited
+	require.NoError(t, got.err)
+	t.Cleanup(func() { _ = got.exec.Complete(context.Background()) })
+	require.Equal(t, ticket, got.exec.ID(), "the slots were granted to the ticket, not by an acquire of its own")
+	require.Equal(t, holder.FencingToken()+1, got.exec.FencingToken())
+	require.Equal(t, "globex", got.exec.Key())
+	require.Equal(t, 2, got.exec.Cost())
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM taskling.handoff`), "taken")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE id = $1 AND key = 'globex' AND cost = 2`, ticket))
+	require.Equal(t, 0, b.count(t, `SELECT count(*) FROM taskling.key_ticket`))
+	require.ErrorIs(t, b.denied(t, &taskling.StartOptions{Key: "acme", Cost: 2}), taskling.ErrLimitReached, "2 of 3 are held")
+	b.start(t, &taskling.StartOptions{Key: "acme"})
+}
+
+// A submission's start waits with a direct ticket too: the release grants it the slot, and the
+// take starts the submission's attempt under the ticket's id.
+func TestAReleasedSlotGoesStraightToTheSubmissionFirstInLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	holder := b.start(t, nil)
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: "acme"})
+	require.NoError(t, err)
+	ran := make(chan *taskling.Execution, 1)
+	b.work(t, newClient(t, b.pool, withLimit(1)), func(_ context.Context, e *taskling.Execution) error { ran <- e; return nil }, nil)
+	require.Eventually(t, func() bool {
+		return b.count(t, `SELECT count(*) FROM taskling.key_ticket WHERE key = 'acme' AND direct`) == 1
+	}, 10*time.Second, 5*time.Millisecond, "a submission's ticket is direct")
+	var ticket int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT id FROM taskling.key_ticket`).Scan(&ticket))
+
+	require.NoError(t, holder.Complete(b.ctx))
+	e := <-ran
+	require.Equal(t, ticket, e.ID(), "the slot was granted to the ticket")
+	require.Equal(t, id, e.SubmissionID())
+	require.Equal(t, 1, e.Attempt())
+	require.Equal(t, "acme", e.Key())
+	b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.submission_attempt WHERE submission_id = $1 AND execution_id = $2`, id, ticket))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM taskling.task_execution`), "the holder's and the ticket's: no other")
+}

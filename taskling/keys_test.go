@@ -78,15 +78,13 @@ func TestKeyedWaitersTakeTurnsAcrossKeys(t *testing.T) {
 			grants <- got{key, e}
 		}()
 	}
-	for range 3 { // a's queue first
-		wait("a")
-		time.Sleep(30 * time.Millisecond)
+	queued := 0
+	for _, key := range []string{"a", "a", "a", "b", "c"} { // a's queue first; each queued before the next
+		wait(key)
+		queued++
+		require.Eventually(t, func() bool { return b.count(t, `SELECT count(*) FROM taskling.key_ticket`) == queued }, 10*time.Second,
+			5*time.Millisecond, "keyed waiters queue outside the task row")
 	}
-	wait("b")
-	time.Sleep(30 * time.Millisecond)
-	wait("c")
-	time.Sleep(50 * time.Millisecond)
-	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM taskling.key_ticket`), "keyed waiters queue outside the task row")
 	require.NoError(t, holder.Complete(b.ctx))
 	var order []string
 	for range 5 {

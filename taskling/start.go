@@ -169,10 +169,11 @@ func (c *Client) request(ctx context.Context, app, task string, opts *StartOptio
 		}
 		return c.newExecution(app, task, req, res, settings, ctx), nil
 	}
-	// A plain start takes a slot granted to its ticket directly (protocol 4); the others need
-	// their grant's own transaction (a reference's claim, a submission's link, a section's).
+	// A plain start, or a submission's (its take starts the attempt), takes a slot granted to its
+	// ticket directly (protocol 4); the others need their grant's own transaction (a reference's
+	// claim, a section's).
 	req.Queue = &execution.Queue{Priority: opts.Priority, OfferWindow: c.maxPoll + time.Second,
-		Direct: !opts.Idempotent && x.submission == 0 && x.section == nil}
+		Direct: !opts.Idempotent && x.section == nil}
 	return c.waitForSlot(ctx, app, task, req, settings)
 }
 
@@ -347,7 +348,7 @@ type queuedTicket struct {
 // takeHandoff takes the slot granted to req's direct ticket, if there is one.
 func (c *Client) takeHandoff(ctx context.Context, app, task string, req startReq, q queuedTicket, settings TaskSettings) (*Execution, error) {
 	began := time.Now()
-	res, err := c.store.TakeHandoff(ctx, execution.TakeHandoffRequest{Requester: req.Requester, Ticket: req.ticket(),
+	res, err := c.store.TakeHandoff(ctx, execution.TakeHandoffRequest{Requester: req.Requester, Ticket: req.ticket(), Submission: req.submission,
 		ReferenceValue: req.ReferenceValue, Header: req.Header, Effective: q.effective})
 	if err != nil {
 		return nil, err

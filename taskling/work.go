@@ -25,8 +25,9 @@ type WorkOptions struct {
 }
 
 // Work runs the submissions of app/task on this host (Submit), oldest first within the highest
-// priority, each as an execution of the task: it claims a waiting submission, waits in the
-// task's queue for a slot (WaitForSlot, at the submission's priority), and runs fn under the
+// priority (taking turns across keys: docs/keys.md), each as an execution of the task: it
+// claims a waiting submission, waits in the task's queue for a slot (WaitForSlot, at the
+// submission's priority), and runs fn under the
 // granted execution as Run does — its context, lease loss, fencing token, progress and Header
 // (the submission's) are the execution's; SubmissionID and Attempt say which submission and
 // attempt it is.

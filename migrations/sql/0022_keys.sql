@@ -53,6 +53,9 @@ CREATE TABLE taskling.key_ticket (
     offered_us   bigint   NOT NULL DEFAULT 0,
     threshold_us bigint   NOT NULL,
     window_us    bigint   NOT NULL,
+    -- A direct ticket (a plain WaitForSlot start) is granted by the transaction that frees its
+    -- slot, as a row of taskling.handoff (grant protocol 4); the others are offered the slot.
+    direct       boolean  NOT NULL DEFAULT false,
     PRIMARY KEY (stripe, task_id, id),
     CHECK (stripe = task_id % 64)
 ) PARTITION BY LIST (stripe);
@@ -216,9 +219,19 @@ ALTER TABLE taskling.task_execution
     ADD COLUMN key text NOT NULL DEFAULT '',
     ADD COLUMN cost integer NOT NULL DEFAULT 1;
 
+-- A grant to a direct ticket carries the ticket's key and cost to the execution its waiter takes.
+ALTER TABLE taskling.handoff
+    ADD COLUMN key text NOT NULL DEFAULT '',
+    ADD COLUMN cost integer NOT NULL DEFAULT 1;
+
 ALTER TABLE taskling.submission
     ADD COLUMN key text NOT NULL DEFAULT '',
     ADD COLUMN cost integer NOT NULL DEFAULT 1 CHECK (cost BETWEEN 1 AND 10000);
+
+-- The waiting submissions with a key: a task with none claims in the plain order of
+-- submission_waiting_idx instead of ranking its whole backlog by key.
+CREATE INDEX submission_keyed_waiting_idx ON taskling.submission (task_id)
+    WHERE key <> '' AND status = taskling.submission_status('waiting');
 
 -- live_key_tickets lists the live keyed tickets of task $1 (alive while their session's
 -- heartbeat, or their queueing, is within their threshold), with their waiters' hosts.

@@ -191,10 +191,28 @@ func (s storedOverrides) apply(c OverridesChange) storedOverrides {
 	return next
 }
 
+// lockOverridesSQL reads a task's overrides under its row's lock; its key overrides through the
+// row's JSON, so that it reads a schema before 0022 (no keys) too: they are then none, and
+// has_keys is false.
 const lockOverridesSQL = `
-SELECT concurrency_limit, CASE WHEN retired_at IS NULL THEN enabled ELSE retired_enabled END, death_mode,
-    keep_alive_interval, keep_alive_death_threshold, override_threshold, retired_at IS NOT NULL, key_limit, key_overrides
-FROM taskling.task_definition WHERE id = $1 FOR UPDATE`
+SELECT d.concurrency_limit, CASE WHEN d.retired_at IS NULL THEN d.enabled ELSE d.retired_enabled END, d.death_mode,
+    d.keep_alive_interval, d.keep_alive_death_threshold, d.override_threshold, d.retired_at IS NOT NULL,
+    (to_jsonb(d) ->> 'key_limit')::integer, coalesce(to_jsonb(d) ->> 'key_overrides', ''), to_jsonb(d) ? 'key_overrides'
+FROM taskling.task_definition d WHERE d.id = $1 FOR UPDATE`
+
+// p5WriteOverridesSQL is writeOverridesSQL on a schema before 0022 (no keys).
+const p5WriteOverridesSQL = `
+WITH u AS (
+    UPDATE taskling.task_definition SET
+        concurrency_limit = $2,
+        enabled = CASE WHEN retired_at IS NULL THEN $3 ELSE false END,
+        retired_enabled = CASE WHEN retired_at IS NULL THEN NULL ELSE $3 END,
+        death_mode = $4, keep_alive_interval = $5, keep_alive_death_threshold = $6, override_threshold = $7,
+        overrides_updated_at = clock_timestamp()
+    WHERE id = $1
+    RETURNING id
+)
+SELECT pg_notify('taskling_slots', id::text) FROM u`
 
 // writeOverridesSQL writes a task's overrides ($3: the enabled one as set; a retired task's
 // row stays disabled and keeps it for its unretiring) and wakes its waiters, since a raised limit
@@ -238,11 +256,12 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			b.Queue(`SELECT override_completed, override_failed, override_blocked FROM taskling.retention WHERE task_id = $1 FOR UPDATE`, taskID).
 				QueryRow(func(row pgx.Row) error { return row.Scan(&old.keep.Completed, &old.keep.Failed, &old.keep.Blocked) })
 		}
+		var hasKeys bool
 		b.Queue(lockOverridesSQL, taskID).QueryRow(func(row pgx.Row) error {
 			o := &old.o
 			var keys string
 			if err := row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval, &o.KeepAliveDeathThreshold,
-				&o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys); err != nil {
+				&o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys, &hasKeys); err != nil {
 				return err
 			}
 			var err error
@@ -277,10 +296,16 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 		}
 		old.record(&changes, next)
 		b = &pgx.Batch{}
-		if writeTask {
-			o := next.o
+		switch o := next.o; {
+		case !writeTask:
+		case hasKeys:
 			b.Queue(writeOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode, o.KeepAliveInterval,
 				o.KeepAliveDeathThreshold, o.OverrideThreshold, o.KeyLimit, execution.FormatKeyLimits(o.KeyLimits))
+		case o.KeyLimit != nil || len(o.KeyLimits) > 0:
+			return fmt.Errorf("%w: key limits need migration 0022: run migrations.Up", execution.ErrInvalidSettings)
+		default:
+			b.Queue(p5WriteOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode, o.KeepAliveInterval,
+				o.KeepAliveDeathThreshold, o.OverrideThreshold)
 		}
 		if keepToo {
 			b.Queue(`UPDATE taskling.retention SET override_completed = $2, override_failed = $3, override_blocked = $4 WHERE task_id = $1`,
@@ -484,9 +509,13 @@ func (s *Store) ChangeKeyOverride(ctx context.Context, taskID int64, key string,
 		var old storedOverrides
 		o := &old.o
 		var keys string
+		var hasKeys bool
 		if err := tx.QueryRow(ctx, lockOverridesSQL, taskID).Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval,
-			&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys); err != nil {
+			&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys, &hasKeys); err != nil {
 			return err
+		}
+		if !hasKeys {
+			return fmt.Errorf("%w: key limits need migration 0022: run migrations.Up", execution.ErrInvalidSettings)
 		}
 		overrides, err := execution.ParseKeyLimits(keys)
 		if err != nil {

@@ -132,6 +132,8 @@ type ClaimedSubmission struct {
 	Tracestate  *string   `db:"tracestate"`
 	Key         string    `db:"key"`
 	Cost        int       `db:"cost"`
+	// Rank is its place in the claim's order (claimSubmissionsSQL).
+	Rank int64 `db:"rank"`
 }
 
 // Trace is the trace context stored with the submission.
@@ -146,11 +148,52 @@ func (c ClaimedSubmission) Trace() tasklingtype.TraceContext {
 	return t
 }
 
-// claimSubmissionsSQL takes the first $4 waiting submissions of the task that no live worker
-// has claimed, whose key is not one of $5 (keys with no room): a claim lapses once its worker's
-// session is silent for longer than the claim's threshold (on the database clock), as a waiter's
-// ticket does.
+// claimSubmissionsSQL takes $4 waiting submissions of the task that no live worker has claimed,
+// whose key is not one of $5 (keys with no room), taking turns across keys: by priority, then the
+// key with the least cost in use and claimed ($6 keys, $7 their costs; others none), then the
+// key served least and least recently by the slots' round robin (taskling.task_key; a key without
+// a row as one joining now), then by their place in their key's line, then the key with the
+// shorter line, then oldest first — so a key with one submission is claimed before the next of a
+// key with many, even when that key's runs have just ended (its row went with its last holder, so
+// it ties with a key that never ran). A claim lapses once its worker's session is silent for
+// longer than the claim's threshold (on the database clock), as a waiter's ticket does. The
+// claim's test is repeated beside the lock: a row another worker claimed since r's snapshot is
+// rechecked there (READ COMMITTED), not in r, and must not be claimed twice.
 const claimSubmissionsSQL = `
+WITH v AS (SELECT d.key_vtime FROM taskling.task_definition d WHERE d.id = $1),
+r AS (
+    SELECT c.id, c.priority, coalesce(u.used, 0) AS used,
+        greatest(coalesce(k.pass, 0), (SELECT key_vtime FROM v)) AS pass, coalesce(k.granted_us, 0) AS granted_us,
+        row_number() OVER (PARTITION BY c.key, c.priority ORDER BY c.id) AS turn,
+        count(*) OVER (PARTITION BY c.key, c.priority) AS line
+    FROM taskling.submission c
+    LEFT JOIN unnest($6::text[], $7::integer[]) AS u(key, used) ON u.key = c.key
+    LEFT JOIN taskling.task_key k ON k.stripe = $1 % 64 AND k.task_id = $1 AND k.key = c.key
+    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
+      AND (c.claimed_by IS NULL OR NOT EXISTS (
+          SELECT 1 FROM taskling.session w
+          WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
+      AND c.key <> ALL($5::text[])
+), q AS (
+    SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.used, r.pass, r.granted_us, r.turn, r.line, r.id) AS rank FROM r
+)
+UPDATE taskling.submission s
+SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
+FROM (
+    SELECT c.id, q.rank FROM taskling.submission c JOIN q ON q.id = c.id
+    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
+      AND (c.claimed_by IS NULL OR NOT EXISTS (
+          SELECT 1 FROM taskling.session w
+          WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
+    ORDER BY q.rank
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED)
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
+
+// claimUnkeyedSubmissionsSQL is claimSubmissionsSQL for a task none of whose waiting submissions
+// has a key and whose key "" has no limit: one line, by priority then oldest first, read from the
+// waiting submissions' index (the keyed order ranks every waiting submission of the task).
+const claimUnkeyedSubmissionsSQL = `
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
 WHERE s.id IN (
@@ -159,11 +202,39 @@ WHERE s.id IN (
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
-      AND c.key <> ALL($5::text[])
     ORDER BY c.priority DESC, c.id
     LIMIT $4
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
+
+// unkeyedTaskSQL reads whether task $1 has a waiting submission with a key (an index of those
+// alone, 0022) and the operator's key limits.
+const unkeyedTaskSQL = `
+SELECT d.key_limit, d.key_overrides,
+    EXISTS (SELECT 1 FROM taskling.submission c
+            WHERE c.task_id = $1 AND c.key <> '' AND c.status = taskling.submission_status('waiting'))
+FROM taskling.task_definition d WHERE d.id = $1`
+
+// unkeyedClaim says whether the task's claims can take the plain order: no waiting submission has
+// a key, and key "" has no limit (declared or overridden).
+func (s *Store) unkeyedClaim(ctx context.Context, taskID int64, declared execution.Settings) (bool, error) {
+	var keyLimit *int
+	var overrides string
+	var keyed bool
+	if err := s.db.QueryRow(ctx, unkeyedTaskSQL, taskID).Scan(&keyLimit, &overrides, &keyed); err != nil {
+		return false, err
+	}
+	if keyed {
+		return false, nil
+	}
+	o := execution.Overrides{KeyLimit: keyLimit}
+	var err error
+	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
+		return false, err
+	}
+	limit, _ := execution.KeyLimitOf("", declared, o)
+	return limit <= 0, nil
+}
 
 // keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
 // operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
@@ -181,9 +252,9 @@ FROM taskling.task_definition d WHERE d.id = $1`
 
 // keyRooms reads how much each key of the task may still take: its limit, in force over declared,
 // minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
-// room(key) also says the key's limit (0: none); busy are the keys with something in use or claimed:
-// only those can be full.
-func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), busy []string, err error) {
+// room(key) also says the key's limit (0: none); used are the costs in use and claimed, by key
+// (only those keys can be full).
+func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
 	var holders, keyHolders, overrides string
 	var keyLimit *int
 	var claimedKeys []string
@@ -191,7 +262,7 @@ func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.S
 	if err := s.db.QueryRow(ctx, keyRoomSQL, taskID).Scan(&holders, &keyHolders, &keyLimit, &overrides, &claimedKeys, &claimedCosts); err != nil {
 		return nil, nil, err
 	}
-	used, err := execution.KeyUsage(holders, keyHolders)
+	used, err = execution.KeyUsage(holders, keyHolders)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -208,7 +279,7 @@ func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.S
 			return unlimitedRoom, 0
 		}
 		return l - used[key], l
-	}, slices.Sorted(maps.Keys(used)), nil
+	}, used, nil
 }
 
 const unlimitedRoom = 1 << 30
@@ -219,26 +290,34 @@ const unlimitedRoom = 1 << 30
 // claims more of a key than its room (those past it are given back). It returns the
 // submissions claimed.
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
-	room, busy, err := s.keyRooms(ctx, taskID, declared)
+	if plain, err := s.unkeyedClaim(ctx, taskID, declared); err != nil {
+		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
+	} else if plain {
+		var out []ClaimedSubmission
+		if err := pgxscan.Select(ctx, s.db, &out, claimUnkeyedSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
+		}
+		slices.SortFunc(out, func(a, b ClaimedSubmission) int {
+			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
+		})
+		return out, nil
+	}
+	room, used, err := s.keyRooms(ctx, taskID, declared)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	full := []string{}
-	for _, k := range busy {
+	full, keys, costs := []string{}, []string{}, []int32{}
+	for _, k := range slices.Sorted(maps.Keys(used)) {
 		if r, _ := room(k); r <= 0 {
 			full = append(full, k)
 		}
+		keys, costs = append(keys, k), append(costs, int32(used[k]))
 	}
 	var out []ClaimedSubmission
-	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full); err != nil {
+	if err := pgxscan.Select(ctx, s.db, &out, claimSubmissionsSQL, taskID, session, threshold.Microseconds(), n, full, keys, costs); err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	slices.SortFunc(out, func(a, b ClaimedSubmission) int {
-		if a.Priority != b.Priority {
-			return cmp.Compare(b.Priority, a.Priority)
-		}
-		return cmp.Compare(a.ID, b.ID)
-	})
+	slices.SortFunc(out, func(a, b ClaimedSubmission) int { return cmp.Compare(a.Rank, b.Rank) }) // RETURNING keeps no order
 	taken := map[string]int{}
 	kept := out[:0]
 	for _, sub := range out {
