@@ -34,16 +34,18 @@ const ProtocolVersion = execution.ProtocolVersion
 type Isolation int
 
 const (
-	// IsolationReadCommitted (the default) relies on the task row's lock, which every token
-	// transaction takes first, to serialize all token transactions of a task, and rechecks every
-	// reclaimed holder under its session's row lock. Chosen over SERIALIZABLE for its tail under
-	// contention from several processes (see the README's How it works).
-	IsolationReadCommitted Isolation = iota
-	// IsolationSerializable adds PostgreSQL's serializable checks on top. Unrelated tasks do not
-	// abort each other (a token transaction reads only its tasks' rows and what they name, by
-	// primary key), but processes contending on one task do: each waiter for the row's lock
-	// fails when the holder commits, and retries.
-	IsolationSerializable
+	// IsolationSerializable (the default, as the design asks) runs every token transaction
+	// SERIALIZABLE: PostgreSQL's checks on top of the task rows' locks. Unrelated tasks do not abort
+	// each other (a token transaction reads only its tasks' rows and what they name, by primary
+	// key), and transactions of one task do not either: each first locks its task's stripe, before
+	// its snapshot, so it waits for the one before it instead of failing when that one commits
+	// (docs/how-it-works.md, "Isolation and the stripe locks").
+	IsolationSerializable Isolation = iota
+	// IsolationReadCommitted relies on the task row's lock, which every token transaction takes
+	// (after its stripe), to serialize all token transactions of a task, and rechecks every
+	// reclaimed holder under its session's row lock. It keeps the same limits; a fleet may mix the
+	// two levels.
+	IsolationReadCommitted
 )
 
 // Config configures a Client. A nil *Config, or a zero field, means the documented default.
@@ -59,7 +61,7 @@ type Config struct {
 	Defaults TaskSettings
 	// Settings supplies per-task settings over Defaults. nil: none.
 	Settings SettingsSource
-	// Isolation of the token transactions. Default IsolationReadCommitted.
+	// Isolation of the token transactions. Default IsolationSerializable (the zero value).
 	Isolation Isolation
 	// MaxPollInterval caps the wait between two attempts of a WaitForSlot start when no
 	// notification arrives (notifications are lost behind a transaction-pooling PgBouncer).
