@@ -23,6 +23,11 @@
 // while it holds the section: 12 kills over 3 minutes in the long profile, 2 over 12 seconds in
 // the short one; the section's queue is observed like the submissions' (checks a–g and m).
 //
+// TestChaosKeys (keys_test.go) runs a keyed task (limit 20, key limit 2, three hot keys 4, costs
+// 1–4) in 4 processes × 10 goroutines naming 50 keys with Zipf-skewed demand, under kill -9,
+// SIGSTOP past the threshold and below the lease, and server restarts: one round of faults (two
+// kills) in the short profile, 4 minutes in the long one; check p judges the costs and the keys.
+//
 // TestChaosFailoverSync and TestChaosFailoverAsync (failover_test.go) run 3 processes × 4
 // goroutines on a pool of 3 and a singleton against a primary with a
 // streaming standby, through a multi-host URL, and kill the primary with SIGKILL, promote the

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -146,7 +147,7 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 	var denials, keyDenials int
 	_ = r.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE blocked_reason ILIKE '%key%') FROM taskling.task_execution WHERE blocked`).
 		Scan(&denials, &keyDenials)
-	perKey, costs := map[string]int{}, map[int]int{}
+	perKey, costOf, costs := map[string]int{}, map[string]int{}, map[int]int{}
 	reclaimed, swept := 0, 0
 	for _, g := range h.Grants {
 		if g.Host == "sweeper" {
@@ -154,6 +155,7 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 			continue
 		}
 		perKey[g.Key]++
+		costOf[g.Key] += g.Cost
 		costs[g.Cost]++
 		if !g.ReclaimedAt.IsZero() {
 			reclaimed++
@@ -174,6 +176,11 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 		faultTime.Round(time.Second), took.Round(time.Second), prof.threshold)
 	fmt.Fprintf(&b, "  %-34s %d (sweep %d)\n", "grants", len(h.Grants), swept)
 	fmt.Fprintf(&b, "  %-34s %d; top: %s\n", "keys granted", len(perKey), strings.Join(top, ", "))
+	var hot []string
+	for _, k := range slices.Sorted(maps.Keys(prof.named)) {
+		hot = append(hot, fmt.Sprintf("%s %d (cost %d)", k, perKey[k], costOf[k]))
+	}
+	fmt.Fprintf(&b, "  %-34s %s\n", "hot keys' grants", strings.Join(hot, ", "))
 	fmt.Fprintf(&b, "  %-34s 1: %d, 2: %d, 3: %d, 4: %d\n", "grants by cost", costs[1], costs[2], costs[3], costs[4])
 	fmt.Fprintf(&b, "  %-34s %d of %d (holders at once: %d)\n", "most cost at once", rep.MaxCost[keyTask], prof.limit, rep.MaxHolders[keyTask])
 	fmt.Fprintf(&b, "  %-34s %d\n", "most cost of one key at once", rep.MaxKeyCost[keyTask])

@@ -74,7 +74,8 @@ func sortedKeys[V any](m map[int64]V) []int64 {
 // checkKeys is check (p). It judges what the database recorded, not what the holders did (that
 // is check a): an execution holds its cost from its grant (started_at, written under the task
 // row's lock) until the database ended it (ended_at, written under that lock too), so the grant
-// that took a freed slot comes after that end. At each grant, the costs of the executions granted
+// that took a freed slot comes after that end (a token transaction writes its reclaims and
+// releases before its grants). At each grant, the costs of the executions granted
 // and not yet ended must fit the limit that grant saw, and those of its key the key's limit.
 // Grants that never ended are check (c)'s; grants lost in a failover are check (h)'s.
 func (c *checkRun) checkKeys() {
