@@ -178,7 +178,7 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 	fmt.Fprintf(&b, "  %-34s %d; top: %s\n", "keys granted", len(perKey), strings.Join(top, ", "))
 	var hot []string
 	for _, k := range slices.Sorted(maps.Keys(prof.named)) {
-		hot = append(hot, fmt.Sprintf("%s %d (cost %d)", k, perKey[k], costOf[k]))
+		hot = append(hot, fmt.Sprintf("%s %d (cost %d, longest without a grant %s)", k, perKey[k], costOf[k], longestGap(h.Grants, k).Round(time.Second)))
 	}
 	fmt.Fprintf(&b, "  %-34s %s\n", "hot keys' grants", strings.Join(hot, ", "))
 	fmt.Fprintf(&b, "  %-34s 1: %d, 2: %d, 3: %d, 4: %d\n", "grants by cost", costs[1], costs[2], costs[3], costs[4])
@@ -196,4 +196,38 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 	}
 	t.Log(b.String())
 	fmt.Println(b.String())
+}
+
+// longestGap is the longest time key went without a grant among the workers' grants (from the
+// first grant of any key to the last): a hot key always has waiters, so a long gap is a key
+// starved (reported, not judged).
+func longestGap(grants []checker.Grant, key string) time.Duration {
+	var first, last time.Time
+	var times []time.Time
+	for _, g := range grants {
+		if g.Host == "sweeper" {
+			continue
+		}
+		if first.IsZero() || g.GrantedAt.Before(first) {
+			first = g.GrantedAt
+		}
+		last = later(last, g.GrantedAt)
+		if g.Key == key {
+			times = append(times, g.GrantedAt)
+		}
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	times = append(append([]time.Time{first}, times...), last)
+	var gap time.Duration
+	for i := 1; i < len(times); i++ {
+		gap = max(gap, times[i].Sub(times[i-1]))
+	}
+	return gap
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
