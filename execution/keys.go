@@ -222,9 +222,11 @@ func unfitLimit(cost, taskLimit, keyLimit int) (string, int) {
 	return "", 0
 }
 
-// pruneKeyed drops the tickets of dead waiters and those whose cost no longer fits a limit (their
-// waiters are told), and requeues, at the back of its key, a ticket whose offer was not taken in
-// time (its key's round moves on as if served). Only a transaction that judges liveness prunes.
+// pruneKeyed drops the tickets of dead waiters, those whose cost no longer fits a limit (their
+// waiters are told), and those whose offer was not taken in time: a live session's ticket whose
+// waiter gave up without leaving (its leave failed) would else be requeued for ever ahead of the
+// key's live waiters, each lapse charging its key's round. A live waiter whose ticket went queues
+// anew, at the back of its key, on its next attempt. Only a transaction that judges liveness prunes.
 func (d *decider) pruneKeyed(limits Settings, taskLimit int) {
 	k := d.keys
 	now := d.st.nowUS
@@ -240,16 +242,9 @@ func (d *decider) pruneKeyed(limits Settings, taskLimit int) {
 			k.unfit = append(k.unfit, t.id)
 			k.remove(t)
 			continue
-		case !(ticket{queuedUS: t.queuedUS, threshold: t.threshold}).alive(now, hb),
-			late && time.Duration(now-hb)*time.Microsecond > t.threshold:
+		case late || !(ticket{queuedUS: t.queuedUS, threshold: t.threshold}).alive(now, hb):
 			k.remove(t)
 			continue
-		case late:
-			t.offeredUS, t.queuedUS = 0, now
-			k.updated = append(k.updated, t)
-			r := k.roundOf(t.key)
-			k.rounds[t.key] = keyRound{pass: max(r.pass, k.vtime) + int64(t.cost), grantedUS: r.grantedUS}
-			k.regranted[t.key] = true
 		}
 		kept = append(kept, t)
 	}

@@ -129,3 +129,70 @@ func TestKeyedProcessesOnOneTaskKeepEveryLimitAtBothLevels(t *testing.T) {
 		require.Zero(t, r, "process %d retried", i)
 	}
 }
+
+// TestKeyedTicketsLeftByALiveSessionDoNotHoldTheirKey: waiters of a live session queue on a full
+// key and give up without leaving (as when their leave fails while the database restarts). Once
+// the key has room, the waiters that come after, each patient for less than the tickets left
+// behind take to be offered one by one, are still granted: a ticket whose offer lapses goes, where
+// it was once requeued for ever at the back of its key, ahead of every later waiter.
+func TestKeyedTicketsLeftByALiveSessionDoNotHoldTheirKey(t *testing.T) {
+	t.Parallel()
+	for _, serializable := range []bool{false, true} {
+		t.Run(fmt.Sprint("serializable=", serializable), func(t *testing.T) {
+			t.Parallel()
+			abandonedKeyTickets(t, execution.Options{Serializable: serializable})
+		})
+	}
+}
+
+func abandonedKeyTickets(t *testing.T, opts execution.Options) {
+	pool, url := pgtest.NewDB(t)
+	gone, live := setupOn(t, pool, url, &opts), setupOn(t, pool, url, &opts)
+	const window = 200 * time.Millisecond
+	keyed := func(b *testBundle) execution.AcquireRequest {
+		req := b.request(2)
+		req.Declared.KeyLimit, req.Key, req.RecordDenial = 2, "hot", false
+		return req
+	}
+	var holders []execution.AcquireResult
+	for range 2 {
+		res, err := live.store.Acquire(live.ctx, keyed(live))
+		require.NoError(t, err)
+		require.Equal(t, execution.NotDenied, res.Denied)
+		holders = append(holders, res)
+	}
+	for range 6 { // the key is full: each queues a ticket, and its waiter never comes back
+		req := keyed(gone)
+		req.Queue = &execution.Queue{OfferWindow: window}
+		res, err := gone.store.Acquire(gone.ctx, req)
+		require.NoError(t, err)
+		require.NotZero(t, res.Ticket)
+	}
+	for _, h := range holders {
+		live.release(t, h)
+	}
+	granted := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); { // well within the session's threshold
+		req := keyed(live)
+		req.Queue = &execution.Queue{OfferWindow: window}
+		for patience := time.Now().Add(3 * window / 2); ; time.Sleep(10 * time.Millisecond) {
+			res, err := live.store.Acquire(live.ctx, req)
+			require.NoError(t, err)
+			if res.Denied == execution.NotDenied {
+				granted++
+				live.release(t, res)
+				break
+			}
+			req.Queue.Ticket = res.Ticket
+			if time.Now().After(patience) {
+				require.NoError(t, live.store.Leave(live.ctx, execution.LeaveRequest{Requester: req.Requester, Ticket: res.Ticket}))
+				break
+			}
+		}
+	}
+	var left int
+	require.NoError(t, pool.QueryRow(live.ctx, `SELECT count(*) FROM taskling.key_ticket WHERE session_id = $1`, gone.session).Scan(&left))
+	require.Zero(t, left, "tickets left behind still queued (waiters granted: %d)", granted)
+	require.Greater(t, granted, 3, "waiters granted after the tickets left behind")
+	t.Logf("waiters granted: %d", granted)
+}

@@ -316,7 +316,7 @@ FROM unnest($3::bigint[], $4::text[], $5::integer[], $6::integer[], $7::bigint[]
             $11::bigint[], $12::boolean[])
     AS r(id, key, cost, priority, session, queued, threshold, win, offered, direct)`
 
-// updateKeyTicketsSQL records offers and requeues (an offer not taken in time).
+// updateKeyTicketsSQL records offers.
 const updateKeyTicketsSQL = `
 UPDATE taskling.key_ticket x SET queued_us = r.queued, offered_us = r.offered
 FROM unnest($3::bigint[], $4::bigint[], $5::bigint[]) AS r(id, queued, offered)

@@ -258,3 +258,34 @@ func TestAScheduledRunRefusedByItsKeyFollowsItsOverlapPolicy(t *testing.T) {
 			AND blocked_reason = 'its key''s limit reached'`) > 0
 	}, 10*time.Second, 50*time.Millisecond, "the instant is recorded Blocked by its key's limit")
 }
+
+// TestAKeyedWaiterWhoseLeaveFailsLeavesLater: a waiter gives up while its task's row is locked
+// (as while the server restarts), so its leave fails; it retries in the background and its ticket
+// goes once the row is free, rather than holding its key's line as long as its process lives.
+func TestAKeyedWaiterWhoseLeaveFailsLeavesLater(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withKeys(4, 1, nil))
+	b.start(t, &taskling.StartOptions{Key: "a"})
+	ctx, cancel := context.WithTimeout(b.ctx, time.Second)
+	defer cancel()
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := b.client.StartExecution(ctx, b.app, b.task, &taskling.StartOptions{Key: "a", WaitForSlot: true})
+		gaveUp <- err
+	}()
+	require.Eventually(t, func() bool { return b.count(t, `SELECT count(*) FROM taskling.key_ticket`) == 1 }, 5*time.Second,
+		10*time.Millisecond, "the waiter queues")
+	lock, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = lock.Exec(b.ctx, `SELECT 1 FROM taskling.task_definition FOR NO KEY UPDATE`)
+	require.NoError(t, err)
+	select {
+	case err := <-gaveUp: // once its leave timed out on the lock
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter did not give up")
+	}
+	require.NoError(t, lock.Rollback(b.ctx))
+	require.Eventually(t, func() bool { return b.count(t, `SELECT count(*) FROM taskling.key_ticket`) == 0 }, 5*time.Second,
+		50*time.Millisecond, "the ticket of a waiter that gave up stays queued")
+}

@@ -396,8 +396,9 @@ func (c *Client) giveBack(req startReq) {
 // giveBackFor bounds giveBack's retries.
 const giveBackFor = 3 * time.Minute
 
-// leave removes req's ticket from the task's queue, if it has one. Best effort: a ticket left
-// behind is dropped once its offer goes untaken, or once the session stops heartbeating.
+// leave removes req's ticket from the task's queue, if it has one. A leave that fails (the
+// database away) is retried in the background as a give back: a ticket left behind holds its
+// key's line until it is offered and the offer lapses, or until its session stops heartbeating.
 func (c *Client) leave(ctx context.Context, req startReq) {
 	if req.ticket() == 0 {
 		return
@@ -405,7 +406,8 @@ func (c *Client) leave(ctx context.Context, req startReq) {
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := c.store.Leave(lctx, execution.LeaveRequest{Requester: req.Requester, Ticket: req.ticket()}); err != nil {
-		c.log.Warn("taskling: could not leave the queue for a slot", zap.String("task", req.TaskName), zap.Error(err))
+		c.log.Warn("taskling: could not leave the queue for a slot; retrying in the background", zap.String("task", req.TaskName), zap.Error(err))
+		c.giveBack(req)
 	}
 }
 

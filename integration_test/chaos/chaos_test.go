@@ -23,6 +23,11 @@
 // while it holds the section: 12 kills over 3 minutes in the long profile, 2 over 12 seconds in
 // the short one; the section's queue is observed like the submissions' (checks a–g and m).
 //
+// TestChaosKeys (keys_test.go) runs a keyed task (limit 20, key limit 2, three hot keys 4, costs
+// 1–4) in 4 processes × 10 goroutines naming 50 keys with Zipf-skewed demand, under kill -9,
+// SIGSTOP past the threshold and below the lease, and server restarts: one round of faults (two
+// kills) in the short profile, 4 minutes in the long one; check p judges the costs and the keys.
+//
 // TestChaosFailoverSync and TestChaosFailoverAsync (failover_test.go) run 3 processes × 4
 // goroutines on a pool of 3 and a singleton against a primary with a
 // streaming standby, through a multi-host URL, and kill the primary with SIGKILL, promote the
@@ -237,6 +242,7 @@ type run struct {
 	nem      *ledger.Writer
 	operator *taskling.Client
 	lv       *levels // TestChaos: the isolation level in force; nil elsewhere
+	target   string  // the task whose holders kill and SIGSTOP hit ("": the singleton)
 
 	mu          sync.Mutex
 	procs       []*proc
@@ -349,7 +355,16 @@ func (r *run) fault(name, host string, start, end time.Time, note string) {
 	r.logf("fault %s %s %s", name, host, note)
 }
 
-// kill: kill -9 of a process holding the singleton's slot; a new process takes its place.
+// targetTask is the task whose holders kill and SIGSTOP hit.
+func (r *run) targetTask() string {
+	if r.target == "" {
+		return "singleton"
+	}
+	return r.target
+}
+
+// kill: kill -9 of a process holding a slot of the target task (the singleton's); a new process
+// takes its place.
 func (r *run) kill() bool {
 	quiet := 2 * r.prof.threshold
 	if r.prof.isolateKills {
@@ -359,7 +374,7 @@ func (r *run) kill() bool {
 		time.Sleep(wait)
 	}
 	r.waitLevelSettled()
-	p := r.holderProc("singleton")
+	p := r.holderProc(r.targetTask())
 	if p == nil {
 		return false
 	}
@@ -385,14 +400,14 @@ func (r *run) kill() bool {
 	return true
 }
 
-// stopLong: SIGSTOP a holder of the singleton until a waiter has been granted its slot, then
+// stopLong: SIGSTOP a holder of the target task until a waiter has been granted its slot, then
 // SIGCONT.
 func (r *run) stopLong() bool {
-	p, start := r.pauseHolder("singleton")
+	p, start := r.pauseHolder(r.targetTask())
 	if p == nil {
 		return false
 	}
-	// If it held nothing of the singleton by the time it stopped, this is still a long pause.
+	// If it held nothing of the target task by the time it stopped, this is still a long pause.
 	reclaimed := r.waitReclaimed(p.host, start)
 	time.Sleep(100 * time.Millisecond)
 	end := r.nem.Now()
@@ -454,7 +469,7 @@ WHERE e.host_name = $1 AND x.outcome = 3 AND x.ended_at > $2)`, host, since).Sca
 
 // stopShort: SIGSTOP a holder for a third of its lease: nothing may happen to its holders.
 func (r *run) stopShort() bool {
-	p, start := r.pauseHolder("singleton")
+	p, start := r.pauseHolder(r.targetTask())
 	if p == nil {
 		return false
 	}

@@ -371,7 +371,7 @@ func readGrants(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app strin
 SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
        CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
        coalesce(x.last_heartbeat, greatest(e.started_at, s.last_heartbeat), e.started_at), e.keep_alive_death_threshold,
-       coalesce(x.outcome = 2, false), coalesce(e.session_id, 0), coalesce((e.header->>'p')::int, 0)
+       coalesce(x.outcome = 2, false), coalesce(e.session_id, 0), coalesce((e.header->>'p')::int, 0), e.key, e.cost
 FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
@@ -385,7 +385,7 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 		var g checker.Grant
 		var completed, reclaimed *time.Time
 		if err := rows.Scan(&g.Exec, &g.Task, &g.Host, &g.Fence, &g.GrantedAt, &completed, &reclaimed, &g.LastKeepAlive, &g.Threshold,
-			&g.Failed, &g.Session, &g.Priority); err != nil {
+			&g.Failed, &g.Session, &g.Priority, &g.Key, &g.Cost); err != nil {
 			t.Fatal(err)
 		}
 		if completed != nil {
@@ -432,7 +432,7 @@ func ledgerFrom(t *testing.T, evs []ledger.Event) ledgerHistory {
 				continue
 			}
 			holds[e.Exec] = &checker.Hold{Exec: e.Exec, Task: e.Task, Host: e.Host, Fence: e.Fence, ReturnedAt: e.At,
-				Submission: e.Submission, Attempt: e.Attempt, GrantedAt: e.GrantedAt, Waited: e.Waited}
+				Submission: e.Submission, Attempt: e.Attempt, GrantedAt: e.GrantedAt, Waited: e.Waited, Key: e.Key, Cost: e.Cost}
 			order = append(order, e.Exec)
 		case ledger.KindStop:
 			if hd := holds[e.Exec]; hd != nil {
@@ -466,6 +466,15 @@ func ledgerFrom(t *testing.T, evs []ledger.Event) ledgerHistory {
 // holder is past its threshold, records the grants in the ledger sweeper.jsonl of dir and
 // returns the slots: a leaked slot makes it fail (check c).
 func sweep(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app, dir string, sameClock bool, interval, threshold time.Duration, limits, declared map[string]int) {
+	sweepWith(t, ctx, pool, app, dir, sameClock, interval, threshold, limits, func(task string) taskling.TaskSettings {
+		return taskling.TaskSettings{ConcurrencyLimit: declared[task]}
+	}, nil)
+}
+
+// sweepWith is sweep with the settings the sweeper declares and, if keyOf is not nil, the key of
+// its i'th start of each task (a keyed task's sweep spreads its slots over keys with room).
+func sweepWith(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app, dir string, sameClock bool, interval, threshold time.Duration,
+	limits map[string]int, declared func(task string) taskling.TaskSettings, keyOf func(i int) string) {
 	time.Sleep(threshold + 300*time.Millisecond)
 	sw, err := ledger.Create(filepath.Join(dir, "sweeper.jsonl"))
 	if err != nil {
@@ -478,7 +487,7 @@ func sweep(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app, dir strin
 	sweeper, err := taskling.NewClient(pool, &taskling.Config{HostName: "sweeper",
 		Defaults: taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
 		Settings: taskling.SettingsFunc(func(_ context.Context, _, task string) (taskling.TaskSettings, error) {
-			return taskling.TaskSettings{ConcurrencyLimit: declared[task]}, nil
+			return declared(task), nil
 		})})
 	if err != nil {
 		t.Fatal(err)
@@ -494,14 +503,19 @@ func sweep(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app, dir strin
 		var held []*taskling.Execution
 		for range limit {
 			sctx, cancel := context.WithTimeout(ctx, 2*threshold)
-			e, err := sweeper.StartExecution(sctx, app, task, &taskling.StartOptions{WaitForSlot: true})
+			opts := &taskling.StartOptions{WaitForSlot: true}
+			if keyOf != nil {
+				opts.Key = keyOf(len(held))
+			}
+			e, err := sweeper.StartExecution(sctx, app, task, opts)
 			returned := time.Now()
 			cancel()
 			if err != nil {
 				t.Errorf("(c) the sweep could not take slot %d of %d of %s: %v (a leaked slot)", len(held)+1, limit, task, err)
 				break
 			}
-			_ = sw.Write(ledger.Event{Kind: ledger.KindGrant, Host: "sweeper", At: sw.DBTime(returned), Exec: e.ID(), Task: task, Fence: e.FencingToken(), GrantedAt: e.StartedAt()})
+			_ = sw.Write(ledger.Event{Kind: ledger.KindGrant, Host: "sweeper", At: sw.DBTime(returned), Exec: e.ID(), Task: task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(),
+				Key: e.Key(), Cost: e.Cost()})
 			held = append(held, e)
 		}
 		for _, e := range held {

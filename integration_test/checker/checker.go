@@ -11,7 +11,8 @@
 // or the last instant at which it observed Execution.Context() not cancelled (workers check
 // ctx.Err() before every unit of work), or the instant its process was killed. The checks:
 //
-//	(a) overlap: at no instant do more holders of a task hold than the limit in force (rule below);
+//	(a) overlap: at no instant do the holders of a task hold more than the limit in force (rule
+//	    below): their costs add up to at most it (a holder without a cost costs 1);
 //	(b) fencing: ordered by grant time, a task's fences strictly increase, and every holder saw
 //	    the fence the database recorded;
 //	(c) no leak: every grant ends released (completed) or reclaimed, a reclaimed execution was
@@ -29,6 +30,10 @@
 //	(g) queue order: waiters for a slot are granted in the order of the task's queue, across
 //	    processes (higher priority first, then order of queueing), within the tolerance the
 //	    design allows; see checkQueues;
+//	(p) costs and keys: at every grant, the costs of the task's executions the database had
+//	    granted and not yet ended add up to at most the limit that grant saw, and those of each
+//	    key to at most that key's limit; a holder's key and cost in its ledger are the
+//	    database's; see checkKeys.
 //	(s) submissions: every submission completed, exactly once in the database and at most once
 //	    in the ledgers, and no two of its attempts held a slot at once; see checkSubmissions.
 //	(k) blocks: the blocks of a numeric range cover it exactly once, each completed by exactly
@@ -86,6 +91,9 @@ type Grant struct {
 	// Priority of its start, or its submission's). Used by check (g).
 	Session  int64
 	Priority int
+	// Key and Cost are the execution's (task_execution key and cost; Cost 0 counts as 1).
+	Key  string
+	Cost int
 	// Lost: committed on a primary that died, and missing from the primary that took over (an
 	// asynchronous standby had not received it). It never ends in the database: its slot ceased
 	// to exist at the switch (check h). See MergeTimelines.
@@ -117,6 +125,10 @@ type Hold struct {
 	// GrantedAt is the grant time StartExecution returned (the database's started_at); it tells
 	// apart two grants of one execution id across a failover (see MergeTimelines).
 	GrantedAt time.Time
+	// Key and Cost are what StartExecution returned (Execution.Key, Execution.Cost; Cost 0: not
+	// recorded).
+	Key  string
+	Cost int
 	// Waited: a WaitForSlot start. Its slot may have been granted to its ticket by another
 	// process's release (direct handoff) and taken only when StartExecution returned.
 	Waited bool
@@ -180,6 +192,8 @@ type History struct {
 	// Switches are the run's database failovers, in order (check h). With any, the task rows'
 	// fences need not count the grants: they may jump at a switch.
 	Switches []Switch
+	// KeyLimits are the key limits of the keyed tasks (check p); a task not in it has none.
+	KeyLimits map[string]KeyLimit
 	// NoLoss: the replication was synchronous (strict), so no failover may lose a grant or a
 	// completion that its holder saw (check h). A grant committed on the old primary whose
 	// holder never saw it (its commit waited for a standby that left) may be lost.
@@ -188,7 +202,7 @@ type History struct {
 
 // Violation is one broken promise.
 type Violation struct {
-	Check string // "a" … "g", "k", "m" and "s", as in the package documentation
+	Check string // "a" … "h", "k", "m", "p" and "s", as in the package documentation
 	Task  string
 	Exec  int64
 	Msg   string
@@ -204,8 +218,12 @@ func (v Violation) String() string {
 // Report is the checker's verdict and some figures.
 type Report struct {
 	Violations []Violation
-	// MaxHolders is the most holders of each task seen at once.
-	MaxHolders map[string]int
+	// MaxHolders is the most holders of each task seen at once, MaxCost the most cost (checks a
+	// and p: the holders' and the database's).
+	MaxHolders, MaxCost map[string]int
+	// MaxKeyCost is, per task, the most cost one key held at once by the database's record
+	// (check p); KeyGrants counts the grants check p judged against a key limit.
+	MaxKeyCost, KeyGrants map[string]int
 	// Holders counted per task (ledger holds matched to grants); Unrecorded grants have no ledger
 	// hold (the acquire committed but its caller saw an error, or the process died before
 	// recording): they are not holders, but must still end (c).
@@ -237,7 +255,7 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 
 // Check runs every check on h.
 func Check(h History) Report {
-	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
+	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, MaxCost: map[string]int{}, MaxKeyCost: map[string]int{}, KeyGrants: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
 		QueueJudged: map[string]int{}, Skipped: map[string]int{}, Requeued: map[string]int{}, Displaced: map[string]int{},
 		Lost: map[string]int{}, LostUnseen: map[string]int{}},
 		changes: map[string][]LimitChange{}}
@@ -257,6 +275,7 @@ func Check(h History) Report {
 	c.checkBlocks()
 	c.checkSection()
 	c.checkFailover()
+	c.checkKeys()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
 	return c.r
 }
@@ -274,6 +293,7 @@ type checkRun struct {
 type interval struct {
 	exec       int64
 	start, end time.Time
+	cost       int
 }
 
 // index maps grants and holds by execution, reporting duplicates.
@@ -345,31 +365,17 @@ func (c *checkRun) holdIntervals() map[string][]interval {
 			r.add("c", hd.Task, hd.Exec, "Complete succeeded but the database has no completion")
 		}
 		r.Holders[hd.Task]++
-		byTask[hd.Task] = append(byTask[hd.Task], interval{exec: hd.Exec, start: g.GrantedAt, end: end})
+		byTask[hd.Task] = append(byTask[hd.Task], interval{exec: hd.Exec, start: g.GrantedAt, end: end, cost: g.cost()})
 	}
 	return byTask
 }
 
 // checkOverlap is check (a): it sweeps each task's intervals (ends sort before starts at the
-// same instant) and compares the holders at each grant with the limit that grant saw.
+// same instant) and compares the holders' costs at each grant with the limit that grant saw.
 func (c *checkRun) checkOverlap(byTask map[string][]interval) {
 	r := &c.r
 	for task, ivs := range byTask {
-		type ev struct {
-			at    time.Time
-			start bool
-			exec  int64
-		}
-		evs := make([]ev, 0, 2*len(ivs))
-		for _, iv := range ivs {
-			evs = append(evs, ev{iv.start, true, iv.exec}, ev{iv.end, false, iv.exec})
-		}
-		sort.Slice(evs, func(i, j int) bool {
-			if !evs[i].at.Equal(evs[j].at) {
-				return evs[i].at.Before(evs[j].at)
-			}
-			return !evs[i].start && evs[j].start
-		})
+		evs := sweepEvents(ivs)
 		initial, ok := c.h.InitialLimit[task]
 		if !ok {
 			r.add("a", task, 0, "no initial limit known for the task")
@@ -377,22 +383,21 @@ func (c *checkRun) checkOverlap(byTask map[string][]interval) {
 		}
 		cs := c.changes[task]
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Start.Before(cs[j].Start) })
-		active := map[int64]bool{}
+		active := map[int64]int{}
+		cost := 0
 		for _, e := range evs {
 			if !e.start {
+				cost -= active[e.exec]
 				delete(active, e.exec)
 				continue
 			}
-			active[e.exec] = true
+			active[e.exec] = e.cost
+			cost += e.cost
 			n := len(active)
 			r.MaxHolders[task] = max(r.MaxHolders[task], n)
-			if allowed := LimitFor(initial, cs, e.at); allowed >= 0 && n > allowed {
-				others := make([]int64, 0, n)
-				for id := range active {
-					others = append(others, id)
-				}
-				slices.Sort(others)
-				r.add("a", task, e.exec, "%d holders at %s, limit in force %d: %v", n, ts(e.at), allowed, others)
+			r.MaxCost[task] = max(r.MaxCost[task], cost)
+			if allowed := LimitFor(initial, cs, e.at); allowed >= 0 && cost > allowed {
+				r.add("a", task, e.exec, "%d holders of cost %d at %s, limit in force %d: %v", n, cost, ts(e.at), allowed, sortedKeys(active))
 			}
 		}
 	}

@@ -33,7 +33,8 @@ const (
 	// KindGrant: StartExecution returned a slot (Exec, Task, Fence, GrantedAt = the execution's
 	// started_at on the DB clock, At = when StartExecution returned). Written before any work. An
 	// attempt run by Work also names its Submission and Attempt (At = when the function was called).
-	// In TestChaos, Isolation is the level of the client that made the start.
+	// In TestChaos, Isolation is the level of the client that made the start. Key and Cost are the
+	// execution's (TestChaosKeys).
 	KindGrant Kind = "grant"
 	// KindStop: the holder stopped working (Exec, Reason, At = the last instant it worked while
 	// its context was not cancelled — zero if its very first check found the context cancelled,
@@ -158,6 +159,11 @@ type Event struct {
 	Cause     string    `json:"cause,omitempty"`
 	Result    string    `json:"result,omitempty"`
 	Error     string    `json:"error,omitempty"`
+
+	// Keyed starts (grant): the execution's key and cost as StartExecution returned them
+	// (Execution.Key, Execution.Cost; TestChaosKeys).
+	Key  string `json:"key,omitempty"`
+	Cost int    `json:"cost,omitempty"`
 
 	// Work attempts (grant): the submission the execution runs and which attempt it is.
 	Submission int64 `json:"submission,omitempty"`

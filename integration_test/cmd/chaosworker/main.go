@@ -17,6 +17,8 @@
 // SIGUSR1 one more goroutine takes the section and holds it until the process ends (section.go).
 // Both print "ready" on stdout once the client is up (SIGUSR1 is handled from then on).
 //
+// With -keys (TestChaosKeys), every start of the plain loop names a key and a cost (keyed.go).
+//
 // With -isolation-file (TestChaos), the process holds a client per isolation level and each
 // start uses the level the file names when it begins (isolation.go).
 package main
@@ -70,6 +72,11 @@ func main() {
 		section    = flag.Bool("section", false, "take the first task's critical section in executions of it")
 		secTimeout = flag.Duration("section-timeout", 10*time.Second, "with -section: the timeout of a wait for the section")
 		tinyTO     = flag.Duration("tiny-timeout", 30*time.Millisecond, "with -section: the longest timeout of every fourth goroutine's waits")
+		nKeys      = flag.Int("keys", 0, "plain mode: name one of this many keys in each start (Zipf-distributed; 0: no key)")
+		keySkew    = flag.Float64("key-skew", 1.1, "with -keys: the Zipf exponent s (> 1; larger: more skewed)")
+		keyLimit   = flag.Int("key-limit", 0, "with -keys: TaskSettings.KeyLimit")
+		namedKeys  = flag.String("named-keys", "", "with -keys: TaskSettings.Keys, as key=limit,…")
+		maxCost    = flag.Int("max-cost", 1, "with -keys: costs are drawn from 1 to this (and to the key's limit)")
 		isoFile    = flag.String("isolation-file", "", "a file naming the isolation level of new starts (read committed, serializable), read every 20ms; not with -work, -blocks, -section")
 	)
 	flag.Parse()
@@ -78,6 +85,11 @@ func main() {
 	signal.Notify(usr1, syscall.SIGUSR1)
 	opts := options{minHold: *minHold, work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
 		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1, isolationFile: *isoFile}
+	var err error
+	if opts.keyed, err = parseKeyed(*nKeys, *keySkew, *keyLimit, *namedKeys, *maxCost); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker:", err)
+		os.Exit(1)
+	}
 	if *isoFile != "" && (*work || *blocks || *section) {
 		fmt.Fprintln(os.Stderr, "chaosworker: -isolation-file is for the plain mode only")
 		os.Exit(1)
@@ -114,6 +126,7 @@ type options struct {
 	tinyTimeout         time.Duration
 	usr1                <-chan os.Signal
 	isolationFile       string
+	keyed               *keyed // -keys
 }
 
 func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, threshold, maxHold, step time.Duration, verbose, sameClock bool, opts options) error {
@@ -156,7 +169,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 			Logger:          log,
 			HostName:        host,
 			Defaults:        taskling.TaskSettings{KeepAliveInterval: interval, KeepAliveDeathThreshold: threshold},
-			Settings:        settings(tasks),
+			Settings:        settings(tasks, opts.keyed),
 			MaxPollInterval: 250 * time.Millisecond,
 			Isolation:       iso,
 		})
@@ -191,8 +204,12 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			rnd := rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i)))
 			wk := worker{w: w, client: client, app: app, task: tasks[i%len(tasks)].name, minHold: opts.minHold, maxHold: maxHold, step: step,
-				rnd: rand.New(rand.NewPCG(uint64(os.Getpid()), uint64(i))), wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3, levels: levels}
+				rnd: rnd, wait: i%len(tasks) == 0 || i%2 == 1, run: i%4 == 3, levels: levels, keys: opts.keyed.picker(rnd)}
+			if wk.keys != nil {
+				wk.wait = i%3 != 2 // a third of the starts are plain (no barging, key refusals)
+			}
 			wk.loop(stop)
 		}()
 	}
@@ -285,10 +302,10 @@ func runBlocksOrSection(stop context.Context, w *ledger.Writer, client *taskling
 	wg.Wait()
 }
 
-func settings(tasks []task) taskling.SettingsSource {
+func settings(tasks []task, k *keyed) taskling.SettingsSource {
 	m := taskling.StaticSettings{}
 	for _, t := range tasks {
-		m["chaos/"+t.name] = taskling.TaskSettings{ConcurrencyLimit: t.limit}
+		m["chaos/"+t.name] = k.settings(taskling.TaskSettings{ConcurrencyLimit: t.limit})
 	}
 	return taskling.SettingsFunc(func(ctx context.Context, app, task string) (taskling.TaskSettings, error) {
 		return m[app+"/"+task], nil
@@ -314,6 +331,8 @@ type worker struct {
 	// records that level (isolation) in its grant.
 	levels    *levelSwitch
 	isolation string
+
+	keys *picker // -keys: each start's key and cost
 }
 
 // errInjected fails an attempt on purpose (-fail-every).
@@ -361,13 +380,15 @@ func (wk *worker) loop(stop context.Context) {
 		}
 		sctx, cancel := context.WithTimeout(stop, startTimeout)
 		var err error
+		opts := &taskling.StartOptions{WaitForSlot: wk.wait}
+		wk.keys.options(opts)
 		if wk.run {
 			var id int64
 			err = wk.client.Run(sctx, wk.app, wk.task, func(ctx context.Context, e *taskling.Execution) error {
 				id = e.ID()
 				wk.work(ctx, e, time.Now())
 				return nil
-			}, &taskling.StartOptions{WaitForSlot: wk.wait})
+			}, opts)
 			cancel()
 			if id != 0 {
 				wk.completed(id, err)
@@ -375,13 +396,16 @@ func (wk *worker) loop(stop context.Context) {
 			}
 		} else {
 			var e *taskling.Execution
-			e, err = wk.client.StartExecution(sctx, wk.app, wk.task, &taskling.StartOptions{WaitForSlot: wk.wait})
+			e, err = wk.client.StartExecution(sctx, wk.app, wk.task, opts)
 			returned := time.Now()
 			cancel()
 			if err == nil {
 				wk.hold(e, returned)
 				continue
 			}
+		}
+		if errors.Is(err, taskling.ErrInvalidArgument) {
+			must(err) // a start the worker got wrong (a cost above its key's limit): end the run
 		}
 		if err != nil {
 			d := 2 * time.Millisecond
@@ -429,7 +453,7 @@ func (wk *worker) completed(id int64, err error) {
 func (wk *worker) work(ctx context.Context, e *taskling.Execution, returned time.Time) (lost bool) {
 	must(wk.w.Write(ledger.Event{Kind: ledger.KindGrant, Host: wk.client.HostName(), At: wk.w.DBTime(returned), Exec: e.ID(),
 		Task: wk.task, Fence: e.FencingToken(), GrantedAt: e.StartedAt(), Waited: wk.wait, Note: map[bool]string{true: "run"}[wk.run],
-		Submission: e.SubmissionID(), Attempt: e.Attempt(), Isolation: wk.isolation}))
+		Submission: e.SubmissionID(), Attempt: e.Attempt(), Isolation: wk.isolation, Key: e.Key(), Cost: e.Cost()}))
 	until := time.Now().Add(wk.holdFor())
 	var lastOK time.Time // zero until a check passes: a holder whose first check fails never worked
 	for {
