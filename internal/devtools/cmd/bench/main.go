@@ -25,6 +25,7 @@ type options struct {
 	duration, heartbeatDuration time.Duration
 	runs                        int
 	heartbeatProcs, holders     int
+	keyHolders                  int
 	only                        string
 	flow                        flowOptions
 	blocks                      time.Duration
@@ -43,6 +44,7 @@ func main() {
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
+	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -66,7 +68,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("taskling bench: %d interleaved runs of %s per scenario, PostgreSQL at %s\n\n", o.runs, o.duration, redact(serverURL))
-	env := &environment{serverURL: serverURL, d: o.duration}
+	env := &environment{serverURL: serverURL, d: o.duration, keyHolders: o.keyHolders}
 	results := map[string][]bench.Result{}
 	scenarios := allScenarios()
 	if o.only != "" {
@@ -109,7 +111,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(scenarios) > 0 || hb != nil { // -only may leave none
 		fmt.Println()
-		report(scenarios, results, hb)
+		report(scenarios, results, hb, o.keyHolders)
 	}
 	if flow != nil {
 		fmt.Println()
@@ -129,8 +131,9 @@ func run(ctx context.Context, o options) error {
 // environment creates a fresh database per scenario run, so that table growth from one does not
 // slow the next.
 type environment struct {
-	serverURL string
-	d         time.Duration
+	serverURL  string
+	d          time.Duration
+	keyHolders int
 }
 
 // fresh returns a pool on a new database whose statements counter counts, with at most maxConns

@@ -52,7 +52,7 @@ func (t table) get(kind string, iso taskling.Isolation) summary { return t.byKI[
 // floorOf is the floor a configuration is compared with.
 var floorOf = map[string]string{uncontended: floor1, oneTask16: floor16, tasks64: floor64, processes: floor16}
 
-func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbeatResult) {
+func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbeatResult, keyHolders int) {
 	t := table{rows: map[string]summary{}, byKI: map[string]summary{}}
 	for _, sc := range scenarios {
 		s := summarize(results[sc.name])
@@ -77,6 +77,7 @@ func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbe
 		printHeartbeats(hb)
 	}
 	printIsolationDecision(t)
+	printKeyTargets(t, keyHolders)
 }
 
 func check(ok bool, format string, args ...any) {
