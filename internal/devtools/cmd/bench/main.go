@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +28,7 @@ type options struct {
 	runs                        int
 	heartbeatProcs, holders     int
 	keyHolders                  int
+	cpuProfile                  string
 	only                        string
 	flow                        flowOptions
 	blocks                      time.Duration
@@ -45,6 +48,7 @@ func main() {
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
 	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (its clients, not PostgreSQL) to this file")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -57,7 +61,18 @@ func main() {
 		}
 		return
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, o); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatalf("bench: %v", err)
 	}
 }
