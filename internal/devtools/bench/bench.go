@@ -141,17 +141,7 @@ func Waiting(ctx context.Context, client *taskling.Client, app string, goroutine
 	retriesBefore := client.Stats().Retries
 	var failed atomic.Int64
 	res, err := loop(ctx, goroutines, d, func(ctx context.Context, _ int) error {
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		exec, err := client.StartExecution(wctx, app, "waiting", &taskling.StartOptions{WaitForSlot: true})
-		if errors.Is(err, taskling.ErrLimitReached) {
-			failed.Add(1)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return exec.Complete(ctx)
+		return waitCycle(ctx, client, app, "waiting", &taskling.StartOptions{WaitForSlot: true}, &failed)
 	})
 	if err != nil {
 		return res, err
@@ -162,14 +152,37 @@ func Waiting(ctx context.Context, client *taskling.Client, app string, goroutine
 	return res, err
 }
 
+// waitCycle starts an execution of app/task with opts, waiting at most 10 s, and completes it; a
+// start refused (or not granted in time) adds to failed.
+func waitCycle(ctx context.Context, client *taskling.Client, app, task string, opts *taskling.StartOptions, failed *atomic.Int64) error {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	exec, err := client.StartExecution(wctx, app, task, opts)
+	if errors.Is(err, taskling.ErrLimitReached) {
+		failed.Add(1)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return exec.Complete(ctx)
+}
+
 // overLimit sweeps the task's executions in database time (grants at their start, releases and
 // reclaims at their end; a token transaction's times fall inside its lock on the task row, so a
 // slot handed over ends before the next grant of it starts) and counts the grants that made the
 // holders exceed limit.
 func overLimit(ctx context.Context, client *taskling.Client, app, task string, limit int) (int64, error) {
+	return overLimits(ctx, client, app, task, limit, 0)
+}
+
+// overLimits is overLimit by cost, counting too the grants that took their key's cost in use
+// over keyLimit (0: no key limit).
+func overLimits(ctx context.Context, client *taskling.Client, app, task string, limit, keyLimit int) (int64, error) {
 	type edge struct {
 		at    time.Time
 		delta int
+		key   string
 	}
 	var edges []edge
 	for before := int64(0); ; {
@@ -181,12 +194,13 @@ func overLimit(ctx context.Context, client *taskling.Client, app, task string, l
 			if e.Status == taskling.StatusBlocked {
 				continue
 			}
-			edges = append(edges, edge{e.StartedAt, +1})
+			cost := max(1, e.Cost)
+			edges = append(edges, edge{e.StartedAt, +cost, e.Key})
 			switch {
 			case !e.ReclaimedAt.IsZero():
-				edges = append(edges, edge{e.ReclaimedAt, -1})
+				edges = append(edges, edge{e.ReclaimedAt, -cost, e.Key})
 			case !e.CompletedAt.IsZero():
-				edges = append(edges, edge{e.CompletedAt, -1})
+				edges = append(edges, edge{e.CompletedAt, -cost, e.Key})
 			}
 		}
 		if before = page.NextBefore; before == 0 {
@@ -199,10 +213,11 @@ func overLimit(ctx context.Context, client *taskling.Client, app, task string, l
 		}
 		return a.delta - b.delta // at the same instant, ends first
 	})
-	holders, over := 0, int64(0)
+	inUse, perKey, over := 0, map[string]int{}, int64(0)
 	for _, e := range edges {
-		holders += e.delta
-		if e.delta > 0 && holders > limit {
+		inUse += e.delta
+		perKey[e.key] += e.delta
+		if e.delta > 0 && (inUse > limit || keyLimit > 0 && perKey[e.key] > keyLimit) {
 			over++
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -25,6 +27,8 @@ type options struct {
 	duration, heartbeatDuration time.Duration
 	runs                        int
 	heartbeatProcs, holders     int
+	keyHolders                  int
+	cpuProfile                  string
 	only                        string
 	flow                        flowOptions
 	blocks                      time.Duration
@@ -43,6 +47,8 @@ func main() {
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
+	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (its clients, not PostgreSQL) to this file")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
 	c.register()
@@ -55,7 +61,18 @@ func main() {
 		}
 		return
 	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, o); err != nil {
+		pprof.StopCPUProfile()
 		log.Fatalf("bench: %v", err)
 	}
 }
@@ -66,7 +83,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("taskling bench: %d interleaved runs of %s per scenario, PostgreSQL at %s\n\n", o.runs, o.duration, redact(serverURL))
-	env := &environment{serverURL: serverURL, d: o.duration}
+	env := &environment{serverURL: serverURL, d: o.duration, keyHolders: o.keyHolders}
 	results := map[string][]bench.Result{}
 	scenarios := allScenarios()
 	if o.only != "" {
@@ -109,7 +126,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(scenarios) > 0 || hb != nil { // -only may leave none
 		fmt.Println()
-		report(scenarios, results, hb)
+		report(scenarios, results, hb, o.keyHolders)
 	}
 	if flow != nil {
 		fmt.Println()
@@ -129,8 +146,9 @@ func run(ctx context.Context, o options) error {
 // environment creates a fresh database per scenario run, so that table growth from one does not
 // slow the next.
 type environment struct {
-	serverURL string
-	d         time.Duration
+	serverURL  string
+	d          time.Duration
+	keyHolders int
 }
 
 // fresh returns a pool on a new database whose statements counter counts, with at most maxConns
