@@ -187,8 +187,10 @@ FROM (
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
     ORDER BY q.rank
     LIMIT $4
-    FOR UPDATE SKIP LOCKED)
-RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
+    FOR UPDATE OF c SKIP LOCKED) p
+WHERE s.id = p.id
+RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost,
+    p.rank`
 
 // claimUnkeyedSubmissionsSQL is claimSubmissionsSQL for a task none of whose waiting submissions
 // has a key and whose key "" has no limit: one line, by priority then oldest first, read from the
