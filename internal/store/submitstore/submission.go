@@ -209,74 +209,67 @@ WHERE s.id IN (
     FOR UPDATE SKIP LOCKED)
 RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
 
-// unkeyedTaskSQL reads whether task $1 has a waiting submission with a key (an index of those
-// alone, 0022) and the operator's key limits.
-const unkeyedTaskSQL = `
-SELECT d.key_limit, d.key_overrides,
+// claimBoundsSQL reads what bounds task $1's claims: its holders and their keys, the operator's
+// key limits, and whether a waiting submission has a key (an index of those alone, 0022).
+const claimBoundsSQL = `
+SELECT d.holders, d.key_holders, d.key_limit, d.key_overrides,
     EXISTS (SELECT 1 FROM taskling.submission c
             WHERE c.task_id = $1 AND c.key <> '' AND c.status = taskling.submission_status('waiting'))
 FROM taskling.task_definition d WHERE d.id = $1`
 
-// unkeyedClaim says whether the task's claims can take the plain order: no waiting submission has
-// a key, and key "" has no limit (declared or overridden).
-func (s *Store) unkeyedClaim(ctx context.Context, taskID int64, declared execution.Settings) (bool, error) {
-	var keyLimit *int
-	var overrides string
-	var keyed bool
-	if err := s.db.QueryRow(ctx, unkeyedTaskSQL, taskID).Scan(&keyLimit, &overrides, &keyed); err != nil {
-		return false, err
-	}
-	if keyed {
-		return false, nil
-	}
-	o := execution.Overrides{KeyLimit: keyLimit}
-	var err error
-	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
-		return false, err
-	}
-	limit, _ := execution.KeyLimitOf("", declared, o)
-	return limit <= 0, nil
+// claimBounds is what claimBoundsSQL read, the overrides parsed.
+type claimBounds struct {
+	holders, keyHolders string
+	overrides           execution.Overrides
+	keyedWaiting        bool
 }
 
-// keyRoomSQL reads what bounds the claims of task $1's keys: its holders and their keys, the
-// operator's key limits, and the cost of the waiting submissions claimed by live workers, by key.
-const keyRoomSQL = `
-SELECT d.holders, d.key_holders, d.key_limit, d.key_overrides,
-    coalesce((SELECT array_agg(c.key) FROM taskling.submission c
-              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
-                AND EXISTS (SELECT 1 FROM taskling.session w
-                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}'),
-    coalesce((SELECT array_agg(c.cost) FROM taskling.submission c
-              WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
-                AND EXISTS (SELECT 1 FROM taskling.session w
-                            WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)), '{}')
-FROM taskling.task_definition d WHERE d.id = $1`
+func (s *Store) readClaimBounds(ctx context.Context, taskID int64) (claimBounds, error) {
+	var b claimBounds
+	var overrides string
+	if err := s.db.QueryRow(ctx, claimBoundsSQL, taskID).Scan(&b.holders, &b.keyHolders, &b.overrides.KeyLimit, &overrides,
+		&b.keyedWaiting); err != nil {
+		return b, err
+	}
+	var err error
+	b.overrides.KeyLimits, err = execution.ParseKeyLimits(overrides)
+	return b, err
+}
+
+// plain says whether the task's claims can take the plain order: no waiting submission has a key,
+// and key "" has no limit (declared or overridden).
+func (b claimBounds) plain(declared execution.Settings) bool {
+	limit, _ := execution.KeyLimitOf("", declared, b.overrides)
+	return !b.keyedWaiting && limit <= 0
+}
+
+// liveClaimsSQL reads the keys and costs of task $1's waiting submissions claimed by live workers.
+const liveClaimsSQL = `
+SELECT coalesce(array_agg(c.key), '{}'), coalesce(array_agg(c.cost), '{}')
+FROM taskling.submission c
+WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+  AND EXISTS (SELECT 1 FROM taskling.session w
+              WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)`
 
 // keyRooms reads how much each key of the task may still take: its limit, in force over declared,
 // minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
 // room(key) also says the key's limit (0: none); used are the costs in use and claimed, by key
 // (only those keys can be full).
-func (s *Store) keyRooms(ctx context.Context, taskID int64, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
-	var holders, keyHolders, overrides string
-	var keyLimit *int
+func (s *Store) keyRooms(ctx context.Context, taskID int64, b claimBounds, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
 	var claimedKeys []string
 	var claimedCosts []int32
-	if err := s.db.QueryRow(ctx, keyRoomSQL, taskID).Scan(&holders, &keyHolders, &keyLimit, &overrides, &claimedKeys, &claimedCosts); err != nil {
+	if err := s.db.QueryRow(ctx, liveClaimsSQL, taskID).Scan(&claimedKeys, &claimedCosts); err != nil {
 		return nil, nil, err
 	}
-	used, err = execution.KeyUsage(holders, keyHolders)
+	used, err = execution.KeyUsage(b.holders, b.keyHolders)
 	if err != nil {
 		return nil, nil, err
 	}
 	for i, k := range claimedKeys {
 		used[k] += int(claimedCosts[i])
 	}
-	o := execution.Overrides{KeyLimit: keyLimit}
-	if o.KeyLimits, err = execution.ParseKeyLimits(overrides); err != nil {
-		return nil, nil, err
-	}
 	return func(key string) (int, int) {
-		l, _ := execution.KeyLimitOf(key, declared, o)
+		l, _ := execution.KeyLimitOf(key, declared, b.overrides)
 		if l <= 0 {
 			return unlimitedRoom, 0
 		}
@@ -292,9 +285,11 @@ const unlimitedRoom = 1 << 30
 // claims more of a key than its room (those past it are given back). It returns the
 // submissions claimed.
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
-	if plain, err := s.unkeyedClaim(ctx, taskID, declared); err != nil {
+	bounds, err := s.readClaimBounds(ctx, taskID)
+	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
-	} else if plain {
+	}
+	if bounds.plain(declared) {
 		var out []ClaimedSubmission
 		if err := pgxscan.Select(ctx, s.db, &out, claimUnkeyedSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
@@ -304,7 +299,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		})
 		return out, nil
 	}
-	room, used, err := s.keyRooms(ctx, taskID, declared)
+	room, used, err := s.keyRooms(ctx, taskID, bounds, declared)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
