@@ -39,6 +39,10 @@ const (
 	DeniedDuplicate
 	// DeniedKeyLimit: the start's key is at its limit (the task has room).
 	DeniedKeyLimit
+	// DeniedRate: the task's rate has no room now (AcquireResult.RetryAfter says for how long).
+	DeniedRate
+	// DeniedKeyRate: the start's key's rate has no room now.
+	DeniedKeyRate
 )
 
 // The operations of the grant protocol on a task's slots each have a request type: Acquire (a
@@ -187,6 +191,10 @@ type AcquireResult struct {
 	Attempt int
 	// KeyLimit is the limit in force for the start's key (0: none), in a keyed decision.
 	KeyLimit int
+	// Rate is the rate that refused the start (DeniedRate, DeniedKeyRate), and RetryAfter how
+	// long until the start would fit it, on the database clock.
+	Rate       Rate
+	RetryAfter time.Duration
 	// Unfit says the start's cost exceeds the task's or its key's limit in force: it is denied
 	// (DeniedLimit or DeniedKeyLimit) and never queued; a ticket that no longer fits is dropped.
 	Unfit *Unfit
@@ -253,6 +261,10 @@ func denyMessage(r DenyReason, limit int) string {
 		return fmt.Sprintf("concurrency limit %d reached", limit)
 	case DeniedKeyLimit:
 		return "its key's limit reached"
+	case DeniedRate:
+		return "its rate has no room"
+	case DeniedKeyRate:
+		return "its key's rate has no room"
 	}
 	return "denied"
 }

@@ -15,9 +15,9 @@ import (
 // and one whose grant was lost too finds nothing to return.
 
 // epochSupport says whether the schema has taskling.epoch (migration 0012), taskling.handoff
-// (0013), the stripe tables (0019) and keys (0022), looked up once.
+// (0013), the stripe tables (0019), keys (0022) and rates (0023), looked up once.
 type epochSupport struct {
-	known, has, handoffs, stripes, keys atomic.Bool
+	known, has, handoffs, stripes, keys, rates atomic.Bool
 }
 
 // detectEpochs looks up, once, whether the schema has taskling.epoch, taskling.handoff, the
@@ -28,15 +28,17 @@ func (s *Store) detectEpochs(ctx context.Context) error {
 	if s.epochs.known.Load() {
 		return nil
 	}
-	var has, handoffs, stripes, keys bool
+	var has, handoffs, stripes, keys, rates bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('taskling.epoch') IS NOT NULL, to_regclass('taskling.handoff') IS NOT NULL,
-    to_regclass('taskling.stripe_00') IS NOT NULL, to_regclass('taskling.key_ticket') IS NOT NULL`).Scan(&has, &handoffs, &stripes, &keys); err != nil {
+    to_regclass('taskling.stripe_00') IS NOT NULL, to_regclass('taskling.key_ticket') IS NOT NULL,
+    to_regclass('taskling.key_rate') IS NOT NULL`).Scan(&has, &handoffs, &stripes, &keys, &rates); err != nil {
 		return fmt.Errorf("look for taskling.epoch: %w", err)
 	}
 	s.epochs.has.Store(has)
 	s.epochs.handoffs.Store(handoffs)
 	s.epochs.stripes.Store(stripes)
 	s.epochs.keys.Store(keys)
+	s.epochs.rates.Store(rates)
 	s.epochs.known.Store(true)
 	return nil
 }

@@ -111,6 +111,11 @@ type Settings struct {
 	// KeyLimits the limits of named keys, which win over it (docs/keys.md).
 	KeyLimit  int
 	KeyLimits map[string]int
+	// Rate bounds the task's starts over time, KeyRate each key's, KeyRates named keys' (winning
+	// over KeyRate); the zero Rate is none (docs/rates.md).
+	Rate     Rate
+	KeyRate  Rate
+	KeyRates map[string]Rate
 }
 
 // KeepAlive reports whether holders are judged by their heartbeats (else by their start time).
@@ -150,6 +155,9 @@ func (s Settings) validate(from func(field string) string) error {
 		if l < 1 || l > MaxConcurrencyLimit {
 			return invalid("KeyLimits", "KeyLimits[%q]%s is %d; want 1 to %d", k, in("KeyLimits"), l, MaxConcurrencyLimit)
 		}
+	}
+	if err := s.validateRates(in); err != nil {
+		return err
 	}
 	if s.DeathMode != codes.DeathKeepAlive && s.DeathMode != codes.DeathOverride {
 		return invalid("DeathMode", "DeathMode%s is %d; want DeathModeKeepAlive or DeathModeOverride", in("DeathMode"), s.DeathMode)
@@ -191,6 +199,25 @@ func (s Settings) validate(from func(field string) string) error {
 	return nil
 }
 
+// validateRates checks the rates of s.
+func (s Settings) validateRates(in func(string) string) error {
+	if err := s.Rate.Validate("Rate", in("Rate")); err != nil {
+		return err
+	}
+	if err := s.KeyRate.Validate("KeyRate", in("KeyRate")); err != nil {
+		return err
+	}
+	if len(s.KeyRates) > MaxNamedKeys {
+		return invalid("KeyRates", "KeyRates%s names %d keys; at most %d allowed", in("KeyRates"), len(s.KeyRates), MaxNamedKeys)
+	}
+	for k, r := range s.KeyRates {
+		if err := r.Validate(fmt.Sprintf("KeyRates[%q]", k), in("KeyRates")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Threshold is the time after which a silent holder is judged dead in its death mode.
 func (s Settings) Threshold() time.Duration {
 	if s.DeathMode == codes.DeathOverride {
@@ -211,6 +238,11 @@ type Overrides struct {
 	// keys' limits, and win over KeyLimit.
 	KeyLimit  *int
 	KeyLimits map[string]int
+	// Rate and KeyRate override the declared ones (a zero Rate: none); KeyRates override named
+	// keys' rates, and win over KeyRate.
+	Rate      *Rate
+	KeyRate   *Rate
+	KeyRates  map[string]Rate
 	UpdatedAt *time.Time
 }
 
@@ -218,7 +250,7 @@ type Overrides struct {
 func (o Overrides) IsZero() bool {
 	return o.ConcurrencyLimit == nil && o.Enabled == nil && o.DeathMode == nil &&
 		o.KeepAliveInterval == nil && o.KeepAliveDeathThreshold == nil && o.OverrideThreshold == nil &&
-		o.KeyLimit == nil && len(o.KeyLimits) == 0
+		o.KeyLimit == nil && len(o.KeyLimits) == 0 && !o.Rated()
 }
 
 // Apply returns declared with every overridden field replaced.
@@ -244,6 +276,12 @@ func (o Overrides) Apply(declared Settings) Settings {
 	}
 	if o.KeyLimit != nil {
 		s.KeyLimit = *o.KeyLimit
+	}
+	if o.Rate != nil {
+		s.Rate = *o.Rate
+	}
+	if o.KeyRate != nil {
+		s.KeyRate = *o.KeyRate
 	}
 	return s
 }
@@ -277,7 +315,7 @@ func (s Settings) Equal(o Settings) bool {
 	return s.ConcurrencyLimit == o.ConcurrencyLimit && s.Enabled == o.Enabled && s.DeathMode == o.DeathMode &&
 		s.KeepAliveInterval == o.KeepAliveInterval && s.KeepAliveDeathThreshold == o.KeepAliveDeathThreshold &&
 		s.OverrideThreshold == o.OverrideThreshold && s.Retention == o.Retention && s.KeyLimit == o.KeyLimit &&
-		maps.Equal(s.KeyLimits, o.KeyLimits)
+		maps.Equal(s.KeyLimits, o.KeyLimits) && s.Rate == o.Rate && s.KeyRate == o.KeyRate && maps.Equal(s.KeyRates, o.KeyRates)
 }
 
 // Keyed reports whether declared settings limit keys.
@@ -297,6 +335,21 @@ func (o Overrides) ValidateFields() error {
 	}
 	if o.KeyLimit != nil {
 		if err := checkKeyLimit("KeyLimit", *o.KeyLimit, in); err != nil {
+			return err
+		}
+	}
+	for _, r := range []struct {
+		field string
+		rate  *Rate
+	}{{"Rate", o.Rate}, {"KeyRate", o.KeyRate}} {
+		if r.rate != nil {
+			if err := r.rate.Validate(r.field, in); err != nil {
+				return err
+			}
+		}
+	}
+	for k, r := range o.KeyRates {
+		if err := r.Validate(fmt.Sprintf("KeyRates[%q]", k), in); err != nil {
 			return err
 		}
 	}
@@ -357,6 +410,10 @@ func (o Overrides) sets(field string) bool {
 		return o.OverrideThreshold != nil
 	case "KeyLimit":
 		return o.KeyLimit != nil
+	case "Rate":
+		return o.Rate != nil
+	case "KeyRate":
+		return o.KeyRate != nil
 	}
 	return false
 }

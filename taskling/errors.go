@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/store/adminstore"
@@ -17,6 +18,10 @@ var (
 	// allows, while the task has room. It wraps ErrLimitReached: errors.Is(err, ErrLimitReached)
 	// holds for it too, and the message says which limit.
 	ErrKeyLimitReached = fmt.Errorf("%w: its key's limit", ErrLimitReached)
+	// ErrRateLimited: a rate (TaskSettings.Rate, or the key's) has no room for the start now. The
+	// error is a *RateLimitedError: errors.As gives RetryAfter, when the start would fit, on the
+	// database clock. Nothing is consumed by a refused start. See docs/rates.md.
+	ErrRateLimited = errors.New("taskling: rate limited")
 	// ErrTaskDisabled: the task is disabled (by its settings or an operator). No execution is
 	// recorded.
 	ErrTaskDisabled = errors.New("taskling: task is disabled")
@@ -57,6 +62,39 @@ var (
 	// deadline passed: the cause of a run's cancelled context.
 	ErrShuttingDown = errors.New("taskling: shutting down")
 )
+
+// Rates a start may be refused by (RateLimitedError.Limit).
+const (
+	RateOfTask = "rate"     // TaskSettings.Rate
+	RateOfKey  = "key_rate" // the start's key's rate
+)
+
+// RateLimitedError is the error of a start a rate refused. It matches ErrRateLimited.
+type RateLimitedError struct {
+	Task  string // "app/task"
+	Key   string // the start's key
+	Limit string // RateOfTask or RateOfKey
+	Rate  Rate   // the rate in force
+	// RetryAfter is how long until the start would fit this rate, measured on the database
+	// clock when it was refused (another start may take that room first).
+	RetryAfter time.Duration
+	// Recorded is the blocked execution recording the attempt (0: none).
+	Recorded int64
+}
+
+func (e *RateLimitedError) Error() string {
+	which := "its rate " + e.Rate.String()
+	if e.Limit == RateOfKey {
+		which = fmt.Sprintf("the rate %s of key %q", e.Rate.String(), e.Key)
+	}
+	recorded := ""
+	if e.Recorded != 0 {
+		recorded = fmt.Sprintf(" (attempt recorded as execution %d)", e.Recorded)
+	}
+	return fmt.Sprintf("%s: %s: %s has no room; retry after %s%s", ErrRateLimited, e.Task, which, e.RetryAfter, recorded)
+}
+
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 
 // SettingsError is a settings error naming the setting at fault (Field, as TaskSettings names
 // it). UpdateTaskSettings returns one for overrides that no start would accept over the declared

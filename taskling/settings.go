@@ -87,13 +87,45 @@ type TaskSettings struct {
 	// MaxNamedKeys keys; a layer's keys are added to those of the layers below (a key named in
 	// both takes this layer's settings).
 	Keys map[string]KeySettings
+	// Rate bounds the task's starts over time: at most Count units per Per, Burst at once, a
+	// start of cost c taking c units; the zero Rate is none (or not set here). Decided on the
+	// database clock; see docs/rates.md.
+	Rate Rate
+	// KeyRate bounds each key's starts over time, as Rate the task's (the empty key is a key like
+	// any other); a named key's Rate wins over it.
+	KeyRate Rate
 }
 
 // KeySettings are the settings of one named key.
 type KeySettings struct {
-	// Limit: at most this much cost at once under the key, 1 to MaxConcurrencyLimit.
+	// Limit: at most this much cost at once under the key, 1 to MaxConcurrencyLimit (0: the
+	// task's KeyLimit, for a key named for its Rate only).
 	Limit int
+	// Rate: the key's rate, winning over KeyRate (zero: KeyRate's).
+	Rate Rate
 }
+
+// Rate is at most Count units per Per, at most Burst at once (0 means 1): "100/1m",
+// "500/1s,burst=50" as ParseRate reads it and String writes it. A start of cost c takes c units,
+// so Burst must be at least the largest cost the rate admits. The zero Rate is none.
+type Rate = execution.Rate
+
+// ParseRate reads a rate: COUNT/PER with PER a Go duration ("100/1m", "30/1s"; a bare unit is
+// one of it, "100/m"), optionally ",burst=B". "" and "none" are the zero Rate (none).
+func ParseRate(s string) (Rate, error) {
+	r, err := execution.ParseRate(s)
+	if err != nil {
+		return r, fmt.Errorf("%w: %w", ErrInvalidSettings, err)
+	}
+	return r, nil
+}
+
+// Bounds of a rate.
+const (
+	MaxRateCount = execution.MaxRateCount
+	MinRatePer   = execution.MinRatePer
+	MaxRatePer   = execution.MaxRatePer
+)
 
 // MaxNamedKeys bounds the keys named in a task's settings (TaskSettings.Keys), and those an
 // operator overrides: they are kept in the task row, which every acquire rewrites.
@@ -131,6 +163,12 @@ func (s TaskSettings) over(top TaskSettings) TaskSettings {
 	}
 	if top.KeyLimit != 0 {
 		s.KeyLimit = top.KeyLimit
+	}
+	if !top.Rate.IsZero() {
+		s.Rate = top.Rate
+	}
+	if !top.KeyRate.IsZero() {
+		s.KeyRate = top.KeyRate
 	}
 	if len(top.Keys) > 0 {
 		keys := maps.Clone(s.Keys)
@@ -196,9 +234,19 @@ func (s TaskSettings) validateLayer(layer string) error {
 		if err := validateKey(fmt.Sprintf("Keys[%q]", k), k); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidSettings, err)
 		}
-		if l := s.Keys[k].Limit; l < 1 || l > MaxConcurrencyLimit {
-			return fmt.Errorf("%w: Keys[%q].Limit (%s) is %d; want 1 to %d", ErrInvalidSettings, k, layer, l, MaxConcurrencyLimit)
+		ks := s.Keys[k]
+		if l := ks.Limit; l < 0 || l > MaxConcurrencyLimit || l == 0 && ks.Rate.IsZero() {
+			return fmt.Errorf("%w: Keys[%q].Limit (%s) is %d; want 1 to %d (0 only beside a Rate)", ErrInvalidSettings, k, layer, l, MaxConcurrencyLimit)
 		}
+		if err := ks.Rate.Validate(fmt.Sprintf("Keys[%q].Rate", k), " ("+layer+")"); err != nil {
+			return err
+		}
+	}
+	if err := s.Rate.Validate("Rate", " ("+layer+")"); err != nil {
+		return err
+	}
+	if err := s.KeyRate.Validate("KeyRate", " ("+layer+")"); err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		field    string
@@ -230,11 +278,21 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 		OverrideThreshold:       s.OverrideThreshold,
 		Retention:               execution.Retention{Completed: s.KeepCompleted, Failed: s.KeepFailed, Blocked: s.KeepBlocked},
 		KeyLimit:                s.KeyLimit,
+		Rate:                    s.Rate,
+		KeyRate:                 s.KeyRate,
 	}
-	if len(s.Keys) > 0 {
-		es.KeyLimits = make(map[string]int, len(s.Keys))
-		for k, ks := range s.Keys {
+	for k, ks := range s.Keys {
+		if ks.Limit > 0 {
+			if es.KeyLimits == nil {
+				es.KeyLimits = map[string]int{}
+			}
 			es.KeyLimits[k] = ks.Limit
+		}
+		if !ks.Rate.IsZero() {
+			if es.KeyRates == nil {
+				es.KeyRates = map[string]execution.Rate{}
+			}
+			es.KeyRates[k] = ks.Rate
 		}
 	}
 	if err := es.Validate(layer); err != nil {
