@@ -139,8 +139,11 @@ func (d *decider) newKeyed(reqs []request) error {
 		k.declared.KeyLimit = *k.row.declaredLimit
 	}
 	if k.rated = ratedMode(st, reqs); k.rated {
-		if st.blind || st.rates == nil {
+		switch {
+		case st.blind:
 			return errBlind // a rate needs the database's clock and state
+		case st.rates == nil:
+			return fmt.Errorf("task %s: %w", taskNameOf(reqs), errRatesUnsupported)
 		}
 		if err := st.rates.apply(&d.st.overrides, &k.declared); err != nil {
 			return fmt.Errorf("task %s: %w", taskNameOf(reqs), err)
