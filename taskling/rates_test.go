@@ -218,3 +218,61 @@ func TestRatesHoldOverEveryWindowUnderContention(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkDefersWhatARateRefusesAndRunsOthersMeanwhile: each key 1 per hour. A worker runs the
+// first of acme's three submissions and those of the other keys; acme's next two are deferred
+// (not failed: no attempt is spent) and stay waiting, while one worker serves everything else. A
+// task rate (5 an hour, all at once) with no room pauses the claims: nothing runs past it.
+func TestWorkDefersWhatARateRefusesAndRunsOthersMeanwhile(t *testing.T) {
+	t.Parallel()
+	cfg := withRates(4, taskling.Rate{Count: 5, Per: time.Hour, Burst: 5}, taskling.Rate{Count: 1, Per: time.Hour})
+	b := setup(t, cfg)
+	var acme []int64
+	for _, key := range []string{"acme", "acme", "acme", "globex", "initech"} {
+		id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: key})
+		require.NoError(t, err)
+		if key == "acme" {
+			acme = append(acme, id)
+		}
+	}
+	ran := make(chan string, 10)
+	b.work(t, b.client, func(_ context.Context, e *taskling.Execution) error {
+		ran <- e.Key()
+		return nil
+	}, &taskling.WorkOptions{Workers: 1})
+	got := map[string]int{}
+	for range 3 {
+		select {
+		case k := <-ran:
+			got[k]++
+		case <-time.After(15 * time.Second):
+			t.Fatalf("only %v ran", got)
+		}
+	}
+	require.Equal(t, map[string]int{"acme": 1, "globex": 1, "initech": 1}, got)
+	b.waitStatus(t, acme[0], taskling.SubmissionCompleted)
+	time.Sleep(300 * time.Millisecond)
+	for _, id := range acme[1:] {
+		sub, err := b.client.Submission(b.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, taskling.SubmissionWaiting, sub.Status, "deferred, not failed")
+		require.Zero(t, sub.Attempts, "a rate's refusal spends no attempt")
+	}
+	for _, key := range []string{"hooli", "umbrella", "wayne"} { // the task's 5 an hour: 2 more
+		_, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: key})
+		require.NoError(t, err)
+	}
+	for range 2 {
+		select {
+		case <-ran:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the task's rate had room for two more")
+		}
+	}
+	select {
+	case k := <-ran:
+		t.Fatalf("%s ran past the task's rate", k)
+	case <-time.After(time.Second):
+	}
+	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE NOT blocked`))
+}

@@ -219,6 +219,15 @@ func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (e
 	return res, nil
 }
 
+// rateReason is the denial reason of a rate's refusal.
+func rateReason(err error) DenyReason {
+	var rl *RateLimitedError
+	if errors.As(err, &rl) && rl.Limit == RateOfKey {
+		return DenyKeyRate
+	}
+	return DenyRate
+}
+
 // rateError is the error of a start a rate refused.
 func rateError(req startReq, res execution.AcquireResult) error {
 	e := &RateLimitedError{Task: req.TaskName, Key: req.Key, Limit: RateOfTask, Rate: res.Rate, RetryAfter: res.RetryAfter, Recorded: res.ExecutionID}
@@ -332,6 +341,10 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq
 		switch {
 		case errors.Is(err, ErrLimitReached):
 			wait = retryDelay(res, wait)
+		case errors.Is(err, ErrRateLimited) && req.submission != 0:
+			// Work defers the submission rather than hold its claim while the rate has no room.
+			c.hooks.denied(app, task, rateReason(err))
+			return nil, err
 		case errors.Is(err, ErrRateLimited):
 			// No release wakes it: its next attempt is timed for when the rate has room.
 			wait = max(res.RetryAfter+time.Millisecond, time.Millisecond)
@@ -455,13 +468,8 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startRe
 	if err != nil {
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
-	var rateErr *RateLimitedError
-	if errors.As(lastErr, &rateErr) {
-		reason := DenyRate
-		if rateErr.Limit == RateOfKey {
-			reason = DenyKeyRate
-		}
-		c.hooks.denied(app, task, reason)
+	if errors.Is(lastErr, ErrRateLimited) {
+		c.hooks.denied(app, task, rateReason(lastErr))
 		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrRateLimited, req.TaskName, id, cause)
 	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
