@@ -219,19 +219,7 @@ func TestOperatorOverridesOfKeysWinAndAreRecorded(t *testing.T) {
 	require.Equal(t, "globex", info.Keys[0].Key, "the busiest key first")
 
 	require.NoError(t, ops.ClearOverrides(b.ctx, b.app, b.task))
-	page, err := b.client.TaskChanges(b.ctx, b.app, b.task, nil)
-	require.NoError(t, err)
-	var got []string
-	for _, c := range page.Changes {
-		text := func(p *string) string {
-			if p == nil {
-				return ""
-			}
-			return *p
-		}
-		got = append(got, c.Field+":"+text(c.Old)+">"+text(c.New))
-	}
-	require.ElementsMatch(t, []string{"key_limit[acme]:>5", "key_limit:>3", "key_limit:3>", "key_limit[acme]:5>"}, got)
+	require.ElementsMatch(t, []string{"key_limit[acme]:>5", "key_limit:>3", "key_limit:3>", "key_limit[acme]:5>"}, changesOf(t, b))
 	info, err = b.client.Task(b.ctx, b.app, b.task)
 	require.NoError(t, err)
 	require.Equal(t, taskling.LimitSourceDeclared, info.KeyLimitSource)
