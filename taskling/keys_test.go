@@ -214,8 +214,10 @@ func TestOperatorOverridesOfKeysWinAndAreRecorded(t *testing.T) {
 	for _, k := range info.Keys {
 		keys[k.Key] = k
 	}
-	require.Equal(t, taskling.KeyInfo{Key: "acme", Holders: 2, CostInUse: 2, Limit: 5, LimitSource: taskling.KeySourceOverride}, keys["acme"])
-	require.Equal(t, taskling.KeyInfo{Key: "globex", Holders: 3, CostInUse: 3, Limit: 3, LimitSource: taskling.KeySourceKeyLimitOverride}, keys["globex"])
+	require.Equal(t, taskling.KeyInfo{Key: "acme", Holders: 2, CostInUse: 2, Limit: 5, LimitSource: taskling.KeySourceOverride,
+		RateSource: taskling.KeySourceNone}, keys["acme"])
+	require.Equal(t, taskling.KeyInfo{Key: "globex", Holders: 3, CostInUse: 3, Limit: 3, LimitSource: taskling.KeySourceKeyLimitOverride,
+		RateSource: taskling.KeySourceNone}, keys["globex"])
 	require.Equal(t, "globex", info.Keys[0].Key, "the busiest key first")
 
 	require.NoError(t, ops.ClearOverrides(b.ctx, b.app, b.task))
