@@ -71,3 +71,29 @@ UPDATE taskling.task_rate SET tat_us = (extract(epoch FROM clock_timestamp()) * 
 		require.Equal(t, c.field, field, body)
 	}
 }
+
+// TestTaskPageShowsTheRatesAndTheRateInputs: the dashboard's task page gives the task's rate and
+// key rate with their sources and when the next start is allowed, each key's rate, source and next
+// start, and (to an operator) the inputs that override the task's and a key's rate.
+func TestTaskPageShowsTheRatesAndTheRateInputs(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, fast, nil)
+	status, body := b.do(t, "PATCH", "/api/v1/tasks/app/export/overrides", token, `{"rate": "30/1m", "key_rate": "none"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = b.do(t, "PUT", "/api/v1/tasks/app/export/keys/acme", token, `{"rate": "5/1m,burst=2"}`)
+	require.Equal(t, http.StatusOK, status, body)
+	_, err := b.pool.Exec(b.ctx, `
+UPDATE taskling.task_rate SET tat_us = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 30000000`)
+	require.NoError(t, err)
+
+	status, page := b.do(t, "GET", "/tasks/app/export", token, "")
+	require.Equal(t, http.StatusOK, status)
+	require.Regexp(t, `id="rate">30/1m \(override\); next start allowed in (29|30)(\.\d+)?s</dd>`, page, "T = 2s: 30s − 0")
+	require.Contains(t, page, `id="key-rate">none (override)</dd>`)
+	require.Regexp(t, `(?s)<tr class="key-row" data-key="acme">.*<td class="key-rate">5/1m,burst=2</td>\s*<td>override</td>\s*<td class="key-next">now</td>`, page)
+	require.Contains(t, page, `id="rate-input"`)
+	require.Contains(t, page, `id="key-rate-input"`)
+	_, public := b.do(t, "GET", "/tasks/app/export", "", "")
+	require.NotContains(t, public, `id="rate-input"`, "no input for a reader")
+	require.Contains(t, public, `id="rate">30/1m (override)`)
+}
