@@ -79,9 +79,15 @@ type keyed struct {
 	tat      int64
 	keyTATs  map[string]int64
 	rateKeys map[string]bool
-	// tatDelta and keyDeltas are the units (in µs) the decision's grants took of each rate.
-	tatDelta  int64
-	keyDeltas map[string]int64
+	// tatDelta and keyDeltas are the units (in µs) the decision's grants took of each rate;
+	// baseTAT and baseKeyTATs the tats they were taken from (read, rescaled to the rates in force
+	// now, tatRateNow and keyRateNow).
+	tatDelta    int64
+	keyDeltas   map[string]int64
+	baseTAT     int64
+	baseKeyTATs map[string]int64
+	tatRateNow  string
+	keyRateNow  func(key string) string
 
 	// What the decision writes.
 	inserted, updated []*keyTicket
@@ -164,7 +170,32 @@ func (d *decider) newKeyed(reqs []request) error {
 	}
 	d.keys = k
 	k.addRowTickets()
+	if k.rated {
+		d.rescaleRates(reqs)
+	}
 	return nil
+}
+
+// rescaleRates takes the tats read as they stand under the rates in force now (the first
+// acquire's declaration under the overrides, else the stored one): a tat moved under another rate
+// is rescaled (rescale), so that a raised rate admits at once.
+func (d *decider) rescaleRates(reqs []request) {
+	k, st := d.keys, d.st.rates
+	var decl *Settings
+	if i := slices.IndexFunc(reqs, func(r request) bool { return r.acquire != nil }); i >= 0 {
+		decl = &reqs[i].acquire.Declared
+	}
+	r := d.ratesFor(k.rateDeclared(decl))
+	if from, err := decodeRate(st.tatRate); err == nil {
+		k.tat = rescale(k.tat, d.st.nowUS, from, r.task)
+	}
+	for key, tat := range k.keyTATs {
+		if from, err := decodeRate(st.keyTATRates[key]); err == nil {
+			k.keyTATs[key] = rescale(tat, d.st.nowUS, from, r.keyRate(key))
+		}
+	}
+	k.baseTAT, k.baseKeyTATs = k.tat, maps.Clone(k.keyTATs)
+	k.tatRateNow, k.keyRateNow = encodeRate(r.task), func(key string) string { return encodeRate(r.keyRate(key)) }
 }
 
 // addRowTickets adds the tickets of the task row's queue to the waiters, as key "", cost 1.
@@ -780,13 +811,24 @@ func (d *decider) grantRates(declared *Settings) *fairRates {
 // holder or waiter.
 func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
 	stored := d.st.rates
-	p := &ratePlan{tat: stored.tat, tatDelta: k.tatDelta, nowUS: d.st.nowUS, keyTATs: map[string]int64{}, keyDeltas: map[string]int64{},
+	p := &ratePlan{tat: stored.tat, tatRate: stored.tatRate, tatDelta: k.tatDelta, nowUS: d.st.nowUS, keyTATs: map[string]int64{},
+		keyDeltas: map[string]int64{}, keyTATRates: map[string]string{},
 		declaredRate: stored.declaredRate, declaredKeyRate: stored.declaredKeyRate, declaredKeyRates: stored.declaredKeyRates}
+	if k.tatDelta > 0 || k.baseTAT != stored.tat && stored.tatRate != k.tatRateNow {
+		// Granted, or rescaled to a changed rate: the rescale is kept, so that the units owed
+		// are counted once at the new interval, not afresh from each later decision's clock.
+		p.tat, p.tatRate = k.baseTAT, k.tatRateNow
+	}
+	for key, tat := range k.baseKeyTATs {
+		if tat != stored.keyTATs[key] && stored.keyTATRates[key] != k.keyRateNow(key) {
+			k.rateKeys[key] = true // rescaled: written with what the grants add (maybe nothing)
+		}
+	}
 	if decl := k.lastDeclared; decl != nil {
 		p.declaredRate, p.declaredKeyRate, p.declaredKeyRates = encodeRate(decl.Rate), encodeRate(decl.KeyRate), FormatKeyRates(decl.KeyRates)
 	}
 	for key := range k.rateKeys {
-		p.keyTATs[key], p.keyDeltas[key] = stored.keyTATs[key], k.keyDeltas[key]
+		p.keyTATs[key], p.keyDeltas[key], p.keyTATRates[key] = k.baseKeyTATs[key], k.keyDeltas[key], k.keyRateNow(key)
 	}
 	waiting := map[string]bool{}
 	for _, t := range k.waiting {
@@ -802,7 +844,7 @@ func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
 			p.drops = append(p.drops, key)
 		}
 	}
-	if stored.present && p.tatDelta == 0 && len(p.keyDeltas)+len(p.drops) == 0 && p.declaredRate == stored.declaredRate &&
+	if stored.present && p.tat == stored.tat && p.tatDelta == 0 && len(p.keyDeltas)+len(p.drops) == 0 && p.declaredRate == stored.declaredRate &&
 		p.declaredKeyRate == stored.declaredKeyRate && p.declaredKeyRates == stored.declaredKeyRates {
 		return nil
 	}

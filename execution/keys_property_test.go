@@ -91,7 +91,7 @@ func (w *keyWorld) decide(t *rapid.T, reqs []request) txPlan {
 	st.keyReads = w.reads()
 	if w.rated {
 		r := w.rates
-		r.keyTATs = maps.Clone(w.rates.keyTATs)
+		r.keyTATs, r.keyTATRates = maps.Clone(w.rates.keyTATs), maps.Clone(w.rates.keyTATRates)
 		st.rates = &r
 	}
 	for _, r := range reqs {

@@ -3,6 +3,7 @@ package execution
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -185,3 +186,15 @@ func (s Settings) Rated() bool { return !s.Rate.IsZero() || !s.KeyRate.IsZero() 
 
 // Rated reports whether o overrides a rate.
 func (o Overrides) Rated() bool { return o.Rate != nil || o.KeyRate != nil || len(o.KeyRates) > 0 }
+
+// rescale is tat, moved under rate from, as it stands under rate to: the units still owed at now
+// (tat − now, in from's interval) are counted in to's interval, rounded up, so that a raised rate
+// admits at once and a lowered one waits longer. A spent tat, an unknown from, or an unchanged rate
+// keep tat.
+func rescale(tat, nowUS int64, from, to Rate) int64 {
+	if tat <= nowUS || from.IsZero() || to.IsZero() || from.intervalUS() == to.intervalUS() {
+		return tat
+	}
+	owed := float64(tat-nowUS) / float64(from.intervalUS())
+	return nowUS + int64(math.Ceil(owed*float64(to.intervalUS())))
+}

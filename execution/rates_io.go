@@ -21,6 +21,9 @@ type rateRow struct {
 	declaredRate, declaredKeyRate, declaredKeyRates string
 	tat                                             int64
 	keyTATs                                         map[string]int64
+	// tatRate and keyTATRates are the rates (encodeRate) the tats were moved under.
+	tatRate     string
+	keyTATRates map[string]string
 }
 
 // configured reports whether the row puts the task or its keys under a rate (declared or
@@ -95,11 +98,11 @@ WITH ks AS (
     UNION
     (SELECT x.key FROM taskling.key_ticket x WHERE x.stripe = $1 AND x.task_id = $2 ORDER BY x.queued_us, x.id LIMIT $6)
 )
-SELECT r.rate, r.key_rate, r.key_rates, r.declared_rate, r.declared_key_rate, r.declared_key_rates, r.tat_us,
-    coalesce(kr.keys, '{}'), coalesce(kr.tats, '{}')
+SELECT r.rate, r.key_rate, r.key_rates, r.declared_rate, r.declared_key_rate, r.declared_key_rates, r.tat_us, r.tat_rate,
+    coalesce(kr.keys, '{}'), coalesce(kr.tats, '{}'), coalesce(kr.rates, '{}')
 FROM taskling.task_rate r
 LEFT JOIN LATERAL (
-    SELECT array_agg(k.key) AS keys, array_agg(k.tat_us) AS tats FROM taskling.key_rate k
+    SELECT array_agg(k.key) AS keys, array_agg(k.tat_us) AS tats, array_agg(k.tat_rate) AS rates FROM taskling.key_rate k
     WHERE k.stripe = $1 AND k.task_id = $2 AND k.key IN (SELECT key FROM ks)
 ) kr ON true
 WHERE r.stripe = $1 AND r.task_id = $2`
@@ -125,19 +128,19 @@ func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64
 		if level, ok := s.keyReadsWanted(id, want); ok {
 			candidates, _, oldest = keyReadWidths(level)
 		}
-		r := &rateRow{keyTATs: map[string]int64{}}
+		r := &rateRow{keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
 		out[id] = r
 		b.Queue(rateReadSQL, int16(id%stripeCount), id, keys, tickets, candidates, oldest).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
-				var keys []string
+				var keys, rates []string
 				var tats []int64
 				if err := rows.Scan(&r.rate, &r.keyRate, &r.keyRates, &r.declaredRate, &r.declaredKeyRate, &r.declaredKeyRates, &r.tat,
-					&keys, &tats); err != nil {
+					&r.tatRate, &keys, &tats, &rates); err != nil {
 					return err
 				}
 				r.present = true
 				for i, k := range keys {
-					r.keyTATs[k] = tats[i]
+					r.keyTATs[k], r.keyTATRates[k] = tats[i], rates[i]
 				}
 			}
 			return rows.Err()
@@ -153,6 +156,8 @@ func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64
 // over the recorded start times, not only over the decision's clock (docs/how-it-works.md).
 type ratePlan struct {
 	tat, tatDelta                                   int64
+	tatRate                                         string            // the task rate it moves under
+	keyTATRates                                     map[string]string // the keys' rates
 	declaredRate, declaredKeyRate, declaredKeyRates string
 	keyTATs, keyDeltas                              map[string]int64
 	drops                                           []string
@@ -163,19 +168,19 @@ type ratePlan struct {
 const (
 	// upsertTaskRateSQL writes a task's tat ($3 stored, $4 the units granted) and declaration.
 	upsertTaskRateSQL = `
-INSERT INTO taskling.task_rate AS r (stripe, task_id, tat_us, declared_rate, declared_key_rate, declared_key_rates)
+INSERT INTO taskling.task_rate AS r (stripe, task_id, tat_us, declared_rate, declared_key_rate, declared_key_rates, tat_rate)
 VALUES ($1, $2, CASE WHEN $4::bigint > 0 THEN greatest($3::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) + $4 ELSE $3 END,
-    $5, $6, $7)
+    $5, $6, $7, $8)
 ON CONFLICT (stripe, task_id) DO UPDATE
 SET tat_us = EXCLUDED.tat_us, declared_rate = EXCLUDED.declared_rate, declared_key_rate = EXCLUDED.declared_key_rate,
-    declared_key_rates = EXCLUDED.declared_key_rates`
+    declared_key_rates = EXCLUDED.declared_key_rates, tat_rate = EXCLUDED.tat_rate`
 
 	// upsertKeyRatesSQL writes keys' tats (stored, and the units granted).
 	upsertKeyRatesSQL = `
-INSERT INTO taskling.key_rate AS k (stripe, task_id, key, tat_us)
-SELECT $1, $2, r.key, greatest(r.tat, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) + r.delta
-FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS r(key, tat, delta)
-ON CONFLICT (stripe, task_id, key) DO UPDATE SET tat_us = EXCLUDED.tat_us`
+INSERT INTO taskling.key_rate AS k (stripe, task_id, key, tat_us, tat_rate)
+SELECT $1, $2, r.key, greatest(r.tat, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) + r.delta, r.rate
+FROM unnest($3::text[], $4::bigint[], $5::bigint[], $6::text[]) AS r(key, tat, delta, rate)
+ON CONFLICT (stripe, task_id, key) DO UPDATE SET tat_us = EXCLUDED.tat_us, tat_rate = EXCLUDED.tat_rate`
 
 	// dropKeyRatesSQL deletes the rows of keys ($3) whose rate is spent at $4 (their tat has passed).
 	dropKeyRatesSQL = `DELETE FROM taskling.key_rate WHERE stripe = $1 AND task_id = $2 AND key = ANY($3::text[]) AND tat_us <= $4`
@@ -184,14 +189,14 @@ ON CONFLICT (stripe, task_id, key) DO UPDATE SET tat_us = EXCLUDED.tat_us`
 // queueRateWrites queues a rated task's writes.
 func queueRateWrites(b *txBatch, id int64, p *ratePlan) {
 	stripe := int16(id % stripeCount)
-	b.Queue(upsertTaskRateSQL, stripe, id, p.tat, p.tatDelta, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates)
+	b.Queue(upsertTaskRateSQL, stripe, id, p.tat, p.tatDelta, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates, p.tatRate)
 	if len(p.keyDeltas) > 0 {
 		keys := slices.Sorted(maps.Keys(p.keyDeltas))
-		tats, deltas := make([]int64, len(keys)), make([]int64, len(keys))
+		tats, deltas, rates := make([]int64, len(keys)), make([]int64, len(keys)), make([]string, len(keys))
 		for i, k := range keys {
-			tats[i], deltas[i] = p.keyTATs[k], p.keyDeltas[k]
+			tats[i], deltas[i], rates[i] = p.keyTATs[k], p.keyDeltas[k], p.keyTATRates[k]
 		}
-		b.Queue(upsertKeyRatesSQL, stripe, id, keys, tats, deltas)
+		b.Queue(upsertKeyRatesSQL, stripe, id, keys, tats, deltas, rates)
 	}
 	if len(p.drops) > 0 {
 		b.Queue(dropKeyRatesSQL, stripe, id, p.drops, p.nowUS)

@@ -40,10 +40,10 @@ func (w *keyWorld) applyRates(t *rapid.T, reqs []request, plan txPlan) {
 	w.rates.present = true
 	w.rates.declaredRate, w.rates.declaredKeyRate, w.rates.declaredKeyRates = p.declaredRate, p.declaredKeyRate, p.declaredKeyRates
 	if p.tatDelta > 0 {
-		w.rates.tat = max(p.tat, now) + p.tatDelta
+		w.rates.tat, w.rates.tatRate = max(p.tat, now)+p.tatDelta, p.tatRate
 	}
 	for key, d := range p.keyDeltas {
-		w.rates.keyTATs[key] = max(p.keyTATs[key], now) + d
+		w.rates.keyTATs[key], w.rates.keyTATRates[key] = max(p.keyTATs[key], now)+d, p.keyTATRates[key]
 	}
 	for _, key := range p.drops {
 		if w.rates.keyTATs[key] <= now {
@@ -112,7 +112,7 @@ func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := newKeyWorld()
 		w.rated = true
-		w.rates = rateRow{present: true, keyTATs: map[string]int64{}}
+		w.rates = rateRow{present: true, keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
 		w.limit = 6
 		per := time.Duration(rapid.Int64Range(1, 20).Draw(t, "per s")) * time.Second
 		w.keyDecl = Settings{KeyLimit: rapid.IntRange(0, 3).Draw(t, "key limit"),

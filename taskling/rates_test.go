@@ -276,3 +276,32 @@ func TestWorkDefersWhatARateRefusesAndRunsOthersMeanwhile(t *testing.T) {
 	}
 	require.Equal(t, 5, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE NOT blocked`))
 }
+
+// TestARateChangedAtRunTimeAppliesAtOnce: an operator who raises a rate admits at once (the units
+// owed are counted at the new rate's interval); one who lowers it makes the next start wait
+// longer; overriding it to none lifts it; each through the override, on the next start.
+func TestARateChangedAtRunTimeAppliesAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withRates(10, taskling.Rate{Count: 2, Per: time.Hour, Burst: 2}, taskling.Rate{}))
+	b.start(t, nil)
+	b.start(t, nil)
+	re := rateErr(t, b.denied(t, nil))
+	require.InDelta(t, (30 * time.Minute).Seconds(), re.RetryAfter.Seconds(), 5)
+
+	raised := taskling.Rate{Count: 60, Per: time.Minute, Burst: 2} // an hour's owed units become 2 s
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{Rate: &raised}))
+	re = rateErr(t, b.denied(t, nil))
+	require.Equal(t, raised.String(), re.Rate.String(), "the override is in force")
+	require.Less(t, re.RetryAfter, 2*time.Second, "the owed units count at the raised rate's interval")
+	e, err := b.client.StartExecution(b.ctx, b.app, b.task, &taskling.StartOptions{WaitForSlot: true})
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(b.ctx))
+
+	lowered := taskling.Rate{Count: 1, Per: time.Hour}
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{Rate: &lowered}))
+	re = rateErr(t, b.denied(t, nil))
+	require.Greater(t, re.RetryAfter, 30*time.Minute, "a lowered rate: the owed units take its longer interval")
+
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{Rate: &taskling.Rate{}}))
+	b.start(t, nil) // overridden to none
+}

@@ -11,7 +11,9 @@
 -- not overridden, '' overridden to none; key_rates: named keys' "K:<key, hex>,R:<rate>|…"), the
 -- last requester's declaration (declared_*) and the task's tat. key_rate holds one tat per key
 -- whose rate is not spent: a row is deleted once its tat has passed and its key has no holder or
--- waiter (a spent tat and no row decide the same). A rate is written "<count>/<per in µs>/<burst>".
+-- waiter (a spent tat and no row decide the same). A rate is written "<count>/<per in µs>/<burst>";
+-- tat_rate is the rate a tat was moved under: when the rate in force changes, the units still owed
+-- are counted at the new rate's interval, so that a raised rate admits at once.
 -- Both tables are partitioned by stripe (task id modulo 64, 0019_stripes.sql), like task_key: the
 -- token transactions of a stripe are serialized by its lock, and those of different stripes touch
 -- different partitions, so under SERIALIZABLE rate rows of different tasks never make their
@@ -30,6 +32,7 @@ CREATE TABLE taskling.task_rate (
     declared_key_rate  text     NOT NULL DEFAULT '',
     declared_key_rates text     NOT NULL DEFAULT '',
     tat_us             bigint   NOT NULL DEFAULT 0,
+    tat_rate           text     NOT NULL DEFAULT '',
     PRIMARY KEY (stripe, task_id),
     CHECK (stripe = task_id % 64)
 ) PARTITION BY LIST (stripe);
@@ -39,6 +42,7 @@ CREATE TABLE taskling.key_rate (
     task_id bigint   NOT NULL,
     key     text     NOT NULL,
     tat_us  bigint   NOT NULL,
+    tat_rate text    NOT NULL DEFAULT '',
     PRIMARY KEY (stripe, task_id, key),
     CHECK (stripe = task_id % 64)
 ) PARTITION BY LIST (stripe);

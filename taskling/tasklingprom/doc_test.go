@@ -101,6 +101,11 @@ func TestMetricsPageListsWhatIsExported(t *testing.T) {
 	}, nil))
 	_, err = client.Submit(ctx, "app", "task", nil)
 	require.NoError(t, err)
+	rated, err := taskling.NewClient(pool, &taskling.Config{HostName: "rated", CleanupInterval: -1,
+		Defaults: taskling.TaskSettings{Rate: taskling.Rate{Count: 1, Per: time.Hour}}})
+	require.NoError(t, err)
+	t.Cleanup(rated.Close)
+	require.NoError(t, rated.Run(ctx, "app", "rated", func(context.Context, *taskling.Execution) error { return nil }, nil))
 	h := m.hooks
 	h.AcquireDone("app", "task", time.Millisecond)
 	h.Granted("app", "task")
