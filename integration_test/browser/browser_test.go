@@ -756,3 +756,48 @@ func TestSignInNeverLeavesForAnotherHost(t *testing.T) {
 		require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#sign-out`)), chromedp.WaitVisible(chromedp.CSS(`#login-form`))))
 	}
 }
+
+// TestRatesInARealBrowser: the task page shows the task's rate, where it comes from and when the
+// next start is allowed; an operator raises it through the page's form, the page shows the
+// override, and the next start obeys it at once.
+func TestRatesInARealBrowser(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	ctx := context.Background()
+	pool, _, srv := serveDashboard(t, 5)
+	s := fast
+	s.ConcurrencyLimit, s.Rate = 5, taskling.Rate{Count: 2, Per: time.Hour, Burst: 2}
+	rated, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-2", Defaults: s})
+	require.NoError(t, err)
+	t.Cleanup(rated.Close)
+	for range 2 {
+		require.NoError(t, rated.Run(ctx, "vendor", "sync", func(context.Context, *taskling.Execution) error { return nil }, nil))
+	}
+	_, err = rated.StartExecution(ctx, "vendor", "sync", nil)
+	require.ErrorIs(t, err, taskling.ErrRateLimited)
+
+	bctx := openBrowser(t, browser, 30*time.Second)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
+		chromedp.Navigate(srv.URL+"/tasks/vendor/sync"),
+		chromedp.WaitVisible(chromedp.CSS(`#rate`)),
+	))
+	shown := text(t, bctx, `#rate`)
+	require.Contains(t, shown, "2/1h,burst=2 (declared)")
+	require.Regexp(t, `next start allowed in (29m|30m)`, shown, "an hour's two units are spent")
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS(`#rate-input`), "600/1m,burst=2"),
+		chromedp.Click(chromedp.CSS(`#set-rate`)),
+	))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("rate").textContent.includes("600/1m,burst=2 (override)")`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the task page shows the override")
+	e, err := rated.StartExecution(ctx, "vendor", "sync", &taskling.StartOptions{WaitForSlot: true})
+	require.NoError(t, err, "the raised rate admits at once")
+	require.NoError(t, e.Complete(ctx))
+}
