@@ -451,9 +451,9 @@ func (c *Client) recordUnfit(ctx context.Context, app, task string, req startReq
 	if _, rerr := c.store.RecordBlocked(rctx, req.AcquireRequest, cleanText(err.Error())); rerr != nil {
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(rerr))
 	}
-	reason := DenyLimit
-	if res.Unfit.Limit == execution.UnfitKey {
-		reason = DenyKeyLimit
+	reason := map[string]DenyReason{execution.UnfitKey: DenyKeyLimit, execution.UnfitRate: DenyRate, execution.UnfitKeyRate: DenyKeyRate}[res.Unfit.Limit]
+	if reason == "" {
+		reason = DenyLimit
 	}
 	c.hooks.denied(app, task, reason)
 	return err
