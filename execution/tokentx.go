@@ -179,11 +179,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	if len(retries) > 0 {
 		queueEndedRead(b, retries, ended)
 	}
-	keyReads := s.queueKeyReads(b, tasks, want.keys)
-	var rateReads map[int64]*rateRow
-	if s.epochs.rates.Load() {
-		rateReads = s.queueRateReads(b, tasks, want.keys)
-	}
+	keyReads, rateReads := s.queueKeyedReads(b, tasks, want.keys)
 	if err := tx.send(ctx, b); err != nil {
 		return nil, err
 	}
@@ -224,6 +220,16 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
+}
+
+// queueKeyedReads queues the reads of the tasks' keyed waiters and of their rates, as the schema
+// has them.
+func (s *Store) queueKeyedReads(b *txBatch, tasks map[int64][]*op, want map[int64]int) (map[int64]*keyReads, map[int64]*rateRow) {
+	keyReads := s.queueKeyReads(b, tasks, want)
+	if !s.epochs.rates.Load() {
+		return keyReads, nil
+	}
+	return keyReads, s.queueRateReads(b, tasks, want)
 }
 
 // queueLegacyRead queues the read of the liveness of grantees without terms, judged by their rows.
