@@ -28,7 +28,9 @@ import (
 // Protocol 6: keys and costs — a holder of cost c holds c tokens, keyed holders are listed in the
 // task row, keyed waiters queue in taskling.key_ticket and take turns across keys (0022_keys.sql,
 // keys.go, fair.go).
-const ProtocolVersion = 6
+// Protocol 7: rates — a grant moves its task's and its key's rate state (GCRA, on the DB clock);
+// nothing is granted beyond a rate (0023_rates.sql, rates.go).
+const ProtocolVersion = 7
 
 // ErrUpgradeRequired: the database's grant protocol is newer than this binary's.
 var ErrUpgradeRequired = errors.New("taskling: upgrade required")
@@ -78,6 +80,8 @@ type txState struct {
 	// waiters and round-robin state read (keys.go), nil when not read.
 	keys     *keyRow
 	keyReads *keyReads
+	// rates is what the task's rates read (0023), nil on an older schema or a cached state.
+	rates *rateRow
 	// blind: the state is a cached copy, written back only if the row did not change; nothing
 	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
 	// that needs any of it fails with errBlind.
@@ -203,6 +207,12 @@ func decide(st txState, reqs []request, newID func() uuid.UUID) (txPlan, error) 
 		}
 	} else if st.keys == nil && slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil && r.acquire.keyed() }) {
 		return txPlan{}, fmt.Errorf("task %s: %w", taskNameOf(reqs), errKeysUnsupported)
+	}
+	if d.keys == nil && ratedMode(st, reqs) {
+		if st.blind {
+			return txPlan{}, errBlind
+		}
+		return txPlan{}, fmt.Errorf("task %s: %w", taskNameOf(reqs), errRatesUnsupported)
 	}
 	if missing := d.missingTerms(); acquires && len(missing) > 0 && st.legacy == nil {
 		if st.blind {
@@ -519,7 +529,7 @@ func (d *decider) acquire(i int, req *acquisition, execID int64) error {
 			out.reclaim = append(out.reclaim, d.reclaim(id))
 		}
 		if d.keys != nil {
-			d.keys.granted(execID, req.Key, req.cost(), d.st.nowUS)
+			d.keys.granted(execID, req.Key, req.cost(), d.st.nowUS, d.grantRates(&req.Declared))
 		}
 		session := req.SessionID
 		if !res.Effective.KeepAlive() {

@@ -54,6 +54,90 @@ type fair struct {
 	seq   int64 // grants in this decision, to order their times
 	// granted are the keys whose round this decision changed.
 	granted map[string]bool
+	// rates are the task's and its keys' rates (nil: none).
+	rates *fairRates
+}
+
+// fairRates are a rated task's rates as a decision moves them (rates.go): the task's rate and tat,
+// each key's rate and the tats of the keys read.
+type fairRates struct {
+	task    Rate
+	tat     int64
+	keyRate func(key string) Rate
+	keyTATs map[string]int64
+	nowUS   int64
+	// sinceUS is when the timeline was first seen (0: no hold): a rate grants nothing for one Per
+	// after it.
+	sinceUS int64
+}
+
+// holdUntil is the end of a new timeline's hold of r (0: none).
+func (r *fairRates) holdUntil(rate Rate) int64 {
+	if r.sinceUS == 0 {
+		return 0
+	}
+	return r.sinceUS + rate.Per.Microseconds()
+}
+
+// taskRoom is the units the task's rate has room for now.
+func (r *fairRates) taskRoom() int {
+	if r == nil || r.task.IsZero() {
+		return unlimitedFree
+	}
+	return int(min(rateRoom(r.task, r.tat, r.nowUS, r.holdUntil(r.task)), unlimitedFree))
+}
+
+// keyRoom is the units key's rate has room for now.
+func (r *fairRates) keyRoom(key string) int {
+	if r == nil {
+		return unlimitedFree
+	}
+	rate := r.keyRate(key)
+	if rate.IsZero() {
+		return unlimitedFree
+	}
+	return int(min(rateRoom(rate, r.keyTATs[key], r.nowUS, r.holdUntil(rate)), unlimitedFree))
+}
+
+// take records a grant of cost under key in the rates.
+func (r *fairRates) take(key string, cost int) {
+	if r == nil {
+		return
+	}
+	if !r.task.IsZero() {
+		r.tat = rateTake(r.task, r.tat, r.nowUS, cost)
+	}
+	if rate := r.keyRate(key); !rate.IsZero() {
+		r.keyTATs[key] = rateTake(rate, r.keyTATs[key], r.nowUS, cost)
+	}
+}
+
+// refusal says which rate has no room for cost under key now, the rate, and how long until it
+// has (NotDenied: both have room).
+func (r *fairRates) refusal(key string, cost int) (DenyReason, Rate, time.Duration) {
+	if r == nil {
+		return NotDenied, Rate{}, 0
+	}
+	if cost > r.taskRoom() {
+		return DeniedRate, r.task, rateWait(r.task, r.tat, r.nowUS, r.holdUntil(r.task), cost)
+	}
+	if cost > r.keyRoom(key) {
+		rate := r.keyRate(key)
+		return DeniedKeyRate, rate, rateWait(rate, r.keyTATs[key], r.nowUS, r.holdUntil(rate), cost)
+	}
+	return NotDenied, Rate{}, 0
+}
+
+func (r *fairRates) clone() *fairRates {
+	if r == nil {
+		return nil
+	}
+	c := *r
+	c.keyTATs = make(map[string]int64, len(r.keyTATs))
+	for k, v := range r.keyTATs {
+		c.keyTATs[k] = v
+	}
+	return &c
 }
 
 // room is what key may still take (unlimitedFree when it has no limit).
@@ -65,7 +149,13 @@ func (f *fair) room(key string) int {
 	return l - f.used[key]
 }
 
-func (f *fair) fits(t *keyTicket) bool { return t.cost <= f.free && t.cost <= f.room(t.key) }
+// roomOf is what key may take now: the room its limit leaves and its rate's.
+func (f *fair) roomOf(key string) int { return min(f.room(key), f.rates.keyRoom(key)) }
+
+// capacity is the task's free capacity now: its free slots and its rate's room.
+func (f *fair) capacity() int { return min(f.free, f.rates.taskRoom()) }
+
+func (f *fair) fits(t *keyTicket) bool { return t.cost <= f.capacity() && t.cost <= f.roomOf(t.key) }
 
 // roundOf is key's state; a key with no row joins at the virtual time.
 func (f *fair) roundOf(key string) keyRound {
@@ -82,6 +172,7 @@ func (f *fair) take(t *keyTicket) {
 		f.free -= t.cost
 	}
 	f.used[t.key] += t.cost
+	f.rates.take(t.key, t.cost)
 	r := f.roundOf(t.key)
 	start := max(r.pass, f.vtime)
 	f.seq++
@@ -131,7 +222,7 @@ func (f *fair) reservations(waiting []*keyTicket) (reserving *keyTicket, blocked
 		}
 	}
 	for key, t := range oldest {
-		if t.cost > f.room(key) {
+		if t.cost > f.roomOf(key) {
 			if blocked == nil {
 				blocked = map[string]*keyTicket{}
 			}
@@ -156,7 +247,7 @@ func (f *fair) plan(waiting []*keyTicket) (grants []*keyTicket, held bool) {
 			firstQueued[t.key] = t.queuedUS
 		}
 	}
-	for len(left) > 0 && f.free > 0 {
+	for len(left) > 0 && f.capacity() > 0 {
 		reserving, blocked := f.reservations(left)
 		next := reserving
 		if reserving != nil && !f.fits(reserving) {
@@ -194,5 +285,6 @@ func (f *fair) clone() *fair {
 		c.round[k] = v
 	}
 	c.granted = nil
+	c.rates = f.rates.clone()
 	return &c
 }

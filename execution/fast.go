@@ -110,7 +110,7 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 	rows = map[int64]taskRow{}
 	for id := range tasks {
 		r, known := s.cache.rows[id]
-		if !known {
+		if !known || s.isRated(id) {
 			s.cache.mu.Unlock()
 			return nil, nil, nil, false
 		}

@@ -73,6 +73,15 @@ type keyed struct {
 	declared     Settings
 	lastDeclared *Settings
 	pruned       bool
+	// rated: the task or a request is under a rate; tat and keyTATs are the rates' state as the
+	// decision moves it (rates.go), rateKeys the keys whose tat it moved.
+	rated    bool
+	tat      int64
+	keyTATs  map[string]int64
+	rateKeys map[string]bool
+	// tatDelta and keyDeltas are the units (in µs) the decision's grants took of each rate.
+	tatDelta  int64
+	keyDeltas map[string]int64
 
 	// What the decision writes.
 	inserted, updated []*keyTicket
@@ -91,10 +100,15 @@ func keyedMode(st txState, reqs []request) bool {
 	}
 	k := st.keys
 	if k.holders != "" || k.waiting > 0 || k.overrides != "" || k.limit != nil && *k.limit > 0 ||
-		k.declaredLimit != nil && *k.declaredLimit > 0 || k.declared != "" {
+		k.declaredLimit != nil && *k.declaredLimit > 0 || k.declared != "" || st.rates.configured() {
 		return true
 	}
-	return slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil && r.acquire.keyed() })
+	return slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil && (r.acquire.keyed() || r.acquire.Declared.Rated()) })
+}
+
+// ratedMode reports whether a decision of reqs on st is under rates.
+func ratedMode(st txState, reqs []request) bool {
+	return st.rates.configured() || slices.ContainsFunc(reqs, func(r request) bool { return r.acquire != nil && r.acquire.Declared.Rated() })
 }
 
 // keyed reports whether the request names a key or a cost, or declares key limits.
@@ -123,6 +137,18 @@ func (d *decider) newKeyed(reqs []request) error {
 	}
 	if k.row.declaredLimit != nil {
 		k.declared.KeyLimit = *k.row.declaredLimit
+	}
+	if k.rated = ratedMode(st, reqs); k.rated {
+		switch {
+		case st.blind:
+			return errBlind // a rate needs the database's clock and state
+		case st.rates == nil:
+			return fmt.Errorf("task %s: %w", taskNameOf(reqs), errRatesUnsupported)
+		}
+		if err := st.rates.apply(&d.st.overrides, &k.declared); err != nil {
+			return fmt.Errorf("task %s: %w", taskNameOf(reqs), err)
+		}
+		k.tat, k.keyTATs, k.rateKeys, k.keyDeltas = st.rates.tat, maps.Clone(st.rates.keyTATs), map[string]bool{}, map[string]int64{}
 	}
 	if k.row.waiting > 0 && k.reads == nil {
 		if st.blind {
@@ -207,8 +233,50 @@ func (d *decider) fairFor(declared *Settings) *fair {
 			round[t.key] = keyRound{pass: k.vtime} // its row joins at the virtual time as it is now
 		}
 	}
-	return &fair{free: free, used: used, round: round, vtime: k.vtime, nowUS: d.st.nowUS,
+	f := &fair{free: free, used: used, round: round, vtime: k.vtime, nowUS: d.st.nowUS,
 		limit: func(key string) int { l, _ := KeyLimitOf(key, decl, o); return l }}
+	if k.rated {
+		f.rates = d.ratesFor(decl)
+	}
+	return f
+}
+
+// ratesFor is the task's rates, with declared in force under the overrides, at their state now.
+func (d *decider) ratesFor(declared Settings) *fairRates {
+	k, o := d.keys, d.st.overrides
+	task := declared.Rate
+	if o.Rate != nil {
+		task = *o.Rate
+	}
+	return &fairRates{task: task, tat: k.tat, keyTATs: maps.Clone(k.keyTATs), nowUS: d.st.nowUS, sinceUS: d.st.epoch.sinceUS,
+		keyRate: func(key string) Rate { r, _ := RateOf(key, declared, o); return r }}
+}
+
+// rateDeclared is the declaration rates are taken from when no request gives one.
+func (k *keyed) rateDeclared(declared *Settings) Settings {
+	if declared != nil {
+		return *declared
+	}
+	if k.lastDeclared != nil {
+		return *k.lastDeclared
+	}
+	return k.declared
+}
+
+// unfitRate says which rate a cost exceeds the burst of ("" if none): a cost above its rate's
+// burst never fits.
+func (d *decider) unfitRate(key string, cost int, declared Settings) (string, int) {
+	if d.keys == nil || !d.keys.rated {
+		return "", 0
+	}
+	r := d.ratesFor(declared)
+	if !r.task.IsZero() && int64(cost) > r.task.burst() {
+		return UnfitRate, int(r.task.burst())
+	}
+	if kr := r.keyRate(key); !kr.IsZero() && int64(cost) > kr.burst() {
+		return UnfitKeyRate, int(kr.burst())
+	}
+	return "", 0
 }
 
 // unfitLimit says which limit a cost does not fit ("" if both): the task's (limited) or its key's.
@@ -235,7 +303,11 @@ func (d *decider) pruneKeyed(limits Settings, taskLimit int) {
 		hb := d.ticketHeartbeat(t)
 		late := t.offeredUS != 0 && time.Duration(now-t.offeredUS)*time.Microsecond > t.window
 		keyLimit, _ := KeyLimitOf(t.key, limits, d.st.overrides)
-		switch which, _ := unfitLimit(t.cost, taskLimit, keyLimit); {
+		which, _ := unfitLimit(t.cost, taskLimit, keyLimit)
+		if which == "" {
+			which, _ = d.unfitRate(t.key, t.cost, limits)
+		}
+		switch {
 		case t.inRow: // the row's queue prunes its own (queue.prune)
 			continue
 		case which != "":
@@ -298,24 +370,31 @@ func (k *keyed) find(id int64) *keyTicket {
 	return nil
 }
 
-// Limits a start's cost may exceed (Unfit.Limit).
+// Limits a start's cost may exceed (Unfit.Limit): a limit, or a rate's burst.
 const (
-	UnfitTask = "task"
-	UnfitKey  = "key"
+	UnfitTask    = "task"
+	UnfitKey     = "key"
+	UnfitRate    = "rate"
+	UnfitKeyRate = "key_rate"
 )
 
 // Unfit says that a start's cost exceeds a limit in force, so it can never be granted: the task's
 // or its key's. A queued ticket is refused so when a limit is lowered below its cost.
 type Unfit struct {
-	Limit string // UnfitTask or UnfitKey
-	Value int    // that limit
+	Limit string // UnfitTask, UnfitKey, UnfitRate or UnfitKeyRate
+	Value int    // that limit, or that rate's burst
 	Cost  int
 }
 
 // deniedFor is the denial of a start refused by limit ("" or UnfitTask: the task's).
 func deniedFor(limit string) DenyReason {
-	if limit == UnfitKey {
+	switch limit {
+	case UnfitKey:
 		return DeniedKeyLimit
+	case UnfitRate:
+		return DeniedRate
+	case UnfitKeyRate:
+		return DeniedKeyRate
 	}
 	return DeniedLimit
 }
@@ -329,7 +408,11 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 	key, cost := req.Key, req.cost()
 	keyLimit, _ := KeyLimitOf(key, req.Declared, d.st.overrides)
 	res.KeyLimit = keyLimit
-	if which, limit := unfitLimit(cost, res.Effective.ConcurrencyLimit, keyLimit); which != "" {
+	which, limit := unfitLimit(cost, res.Effective.ConcurrencyLimit, keyLimit)
+	if which == "" {
+		which, limit = d.unfitRate(key, cost, req.Declared)
+	}
+	if which != "" {
 		if t := k.find(req.ticket()); t != nil && req.ticket() != 0 {
 			k.remove(t)
 		}
@@ -361,7 +444,7 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 		if ok := !held && f.fits(&keyTicket{key: key, cost: cost}) && d.unblocked(f, plan, key); ok {
 			return true
 		}
-		res.Denied = f.denial(key, cost)
+		f.deny(key, cost, res)
 		d.tripped = d.tripped || d.st.blind // dead holders may have left room: the database can tell
 		return false
 	}
@@ -385,7 +468,8 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 		d.tripped = true // a ticket is written by the usual path only
 		return false
 	}
-	res.Ticket, res.Position, res.Denied = mine.id, k.position(mine), f.denial(key, cost)
+	res.Ticket, res.Position = mine.id, k.position(mine)
+	f.deny(key, cost, res)
 	res.Direct = mine.direct
 	return false
 }
@@ -398,13 +482,20 @@ func (d *decider) unblocked(f *fair, plan []*keyTicket, key string) bool {
 	return blocked[key] == nil
 }
 
-// denial is the reason a start of cost under key is refused on f (after the plan): its key's
-// limit when the task has room for it, else the task's.
-func (f *fair) denial(key string, cost int) DenyReason {
-	if cost <= f.free && cost > f.room(key) {
-		return DeniedKeyLimit
+// deny sets the reason a start of cost under key is refused on f (after the plan): its key's
+// limit when the task has room for it; else a rate with no room for it, with how long until it
+// has, when the slots have room; else the task's limit.
+func (f *fair) deny(key string, cost int, res *AcquireResult) {
+	res.Denied = DeniedLimit
+	switch {
+	case cost > f.free:
+	case cost > f.room(key):
+		res.Denied = DeniedKeyLimit
+	default:
+		if why, rate, wait := f.rates.refusal(key, cost); why != NotDenied {
+			res.Denied, res.Rate, res.RetryAfter = why, rate, wait
+		}
 	}
-	return DeniedLimit
 }
 
 // enqueue queues a ticket for req (its first attempt's id), at the back of its key.
@@ -441,9 +532,21 @@ func (k *keyed) position(t *keyTicket) int {
 
 // granted records a grant of cost under key to exec: its hold, and, while others wait, its key's
 // round (so the key goes behind those served less).
-func (k *keyed) granted(exec int64, key string, cost int, nowUS int64) {
+func (k *keyed) granted(exec int64, key string, cost int, nowUS int64, rates *fairRates) {
 	if key != "" || cost != 1 {
 		k.holds[exec] = keyHold{key: key, cost: cost}
+	}
+	if k.rated && rates != nil {
+		rates.tat, rates.keyTATs = k.tat, k.keyTATs
+		rates.take(key, cost)
+		k.tat = rates.tat
+		if !rates.task.IsZero() {
+			k.tatDelta += int64(cost) * rates.task.intervalUS()
+		}
+		if kr := rates.keyRate(key); !kr.IsZero() {
+			k.rateKeys[key] = true
+			k.keyDeltas[key] += int64(cost) * kr.intervalUS()
+		}
 	}
 	if len(k.waiting) == 0 && k.row.waiting == 0 {
 		return // nobody waits: no round to keep
@@ -470,7 +573,7 @@ func (k *keyed) checkComplete(f *fair, plan []*keyTicket, held bool) {
 	if r == nil || r.final || k.incomplete {
 		return
 	}
-	room := !held && f.free > 0
+	room := !held && f.capacity() > 0
 	allKeys := len(r.candidates) < r.candidateLimit
 	if room && !allKeys {
 		k.incomplete = true
@@ -488,7 +591,7 @@ func (k *keyed) checkComplete(f *fair, plan []*keyTicket, held bool) {
 	for _, key := range r.candidates {
 		row := r.rounds[key]
 		if row.waiting > read[key] {
-			if room && f.room(key) > 0 {
+			if room && f.roomOf(key) > 0 {
 				k.incomplete = true
 				return
 			}
@@ -566,7 +669,7 @@ func (d *decider) handOffKeyed(t *keyTicket) bool {
 	d.addTerm(term{exec: t.id, session: t.session, grantedUS: pendingUS, threshold: t.threshold})
 	d.plan.handoffs = append(d.plan.handoffs, handoffGrant{exec: t.id, fence: d.plan.fence, token: g.TokenIDs[0],
 		window: t.window, threshold: t.threshold, key: t.key, cost: t.cost})
-	d.keys.granted(t.id, t.key, t.cost, d.st.nowUS)
+	d.keys.granted(t.id, t.key, t.cost, d.st.nowUS, d.grantRates(nil))
 	return true
 }
 
@@ -593,13 +696,14 @@ type keyPlan struct {
 	rounds map[string]keyRound
 	deltas map[string]int // waiters added minus removed, per key
 	drops  []string       // keys left with no holder (their rows go once they have no waiter)
+	rates  *ratePlan      // a rated task's writes (rates_io.go); nil: none
 }
 
 // nothingToWrite reports a keyed plan that changes nothing.
 func (p *keyPlan) nothingToWrite(st txState) bool {
 	k := st.keys
 	return p.holders == k.holders && p.vtime == k.vtime && p.waiting == k.waiting && p.declaredLimit == nil && p.declared == nil &&
-		len(p.insert)+len(p.update)+len(p.delete)+len(p.rounds)+len(p.drops) == 0
+		len(p.insert)+len(p.update)+len(p.delete)+len(p.rounds)+len(p.drops) == 0 && p.rates == nil
 }
 
 // plan is what the keyed decision writes, once every request was served.
@@ -639,6 +743,9 @@ func (k *keyed) plan(d *decider) *keyPlan {
 			p.drops = append(p.drops, key)
 		}
 	}
+	if k.rated {
+		p.rates = k.ratePlan(d, held)
+	}
 	if decl := k.lastDeclared; decl != nil {
 		if old := k.row.declaredLimit; old == nil || *old != decl.KeyLimit {
 			p.declaredLimit = &decl.KeyLimit
@@ -657,4 +764,47 @@ func (r *keyReads) roundRow(key string) (keyRoundRow, bool) {
 	}
 	row, ok := r.rounds[key]
 	return row, ok
+}
+
+// grantRates is the rates a grant moves (declared by its request, or the stored declaration when
+// nil); nil when the task is not rated.
+func (d *decider) grantRates(declared *Settings) *fairRates {
+	if d.keys == nil || !d.keys.rated {
+		return nil
+	}
+	return d.ratesFor(d.keys.rateDeclared(declared))
+}
+
+// ratePlan is what a rated decision writes of its rates (nil: nothing changed): the task's tat and
+// declaration, the tats its grants moved, and the rows of keys whose rate is spent and that have no
+// holder or waiter.
+func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
+	stored := d.st.rates
+	p := &ratePlan{tat: stored.tat, tatDelta: k.tatDelta, nowUS: d.st.nowUS, keyTATs: map[string]int64{}, keyDeltas: map[string]int64{},
+		declaredRate: stored.declaredRate, declaredKeyRate: stored.declaredKeyRate, declaredKeyRates: stored.declaredKeyRates}
+	if decl := k.lastDeclared; decl != nil {
+		p.declaredRate, p.declaredKeyRate, p.declaredKeyRates = encodeRate(decl.Rate), encodeRate(decl.KeyRate), FormatKeyRates(decl.KeyRates)
+	}
+	for key := range k.rateKeys {
+		p.keyTATs[key], p.keyDeltas[key] = stored.keyTATs[key], k.keyDeltas[key]
+	}
+	waiting := map[string]bool{}
+	for _, t := range k.waiting {
+		waiting[t.key] = true
+	}
+	if k.reads != nil {
+		for key, r := range k.reads.rounds {
+			waiting[key] = waiting[key] || r.waiting > 0
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(stored.keyTATs)) {
+		if stored.keyTATs[key] <= d.st.nowUS && !k.rateKeys[key] && !held[key] && !waiting[key] {
+			p.drops = append(p.drops, key)
+		}
+	}
+	if stored.present && p.tatDelta == 0 && len(p.keyDeltas)+len(p.drops) == 0 && p.declaredRate == stored.declaredRate &&
+		p.declaredKeyRate == stored.declaredKeyRate && p.declaredKeyRates == stored.declaredKeyRates {
+		return nil
+	}
+	return p
 }

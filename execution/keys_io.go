@@ -186,7 +186,7 @@ func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 // fastKeyWrites reports whether a keyed plan's writes can go on the fast path: only rows of keys
 // left with no holder may go (fastDropKeysSQL); tickets and rounds are written the usual way.
 func (p *keyPlan) fastKeyWrites() bool {
-	return p == nil || len(p.insert)+len(p.update)+len(p.delete)+len(p.rounds)+len(p.deltas) == 0
+	return p == nil || len(p.insert)+len(p.update)+len(p.delete)+len(p.rounds)+len(p.deltas) == 0 && p.rates == nil
 }
 
 func usDuration(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

@@ -18,6 +18,9 @@ import (
 // fits only if that plus cn·T is at most tn + Burst·T < a + Per + Burst·T <= a + (Count+Burst)·T:
 // c1+…+cn < Count + Burst. Rounding T up only lowers the rate. A cost above Burst never fits.
 
+// errRatesUnsupported: a rated request on a schema without rates.
+var errRatesUnsupported = errors.New("rates need migration 0023 (grant protocol 7): run migrations.Up")
+
 // Bounds of a rate.
 const (
 	MaxRateCount = 1_000_000

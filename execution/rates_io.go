@@ -64,6 +64,21 @@ func (r *rateRow) apply(o *Overrides, declared *Settings) error {
 	return err
 }
 
+// noteRated remembers whether task id is under a rate, as its last read found it.
+func (s *Store) noteRated(id int64, rated bool) {
+	if rated {
+		s.rated.Store(id, true)
+	} else {
+		s.rated.Delete(id)
+	}
+}
+
+// isRated reports whether task id was under a rate when last read.
+func (s *Store) isRated(id int64) bool {
+	_, ok := s.rated.Load(id)
+	return ok
+}
+
 // rateReadSQL reads task $2's rates: its task_rate row and the tats of the keys the decision may
 // grant — the requests' ($3), those of the requests' tickets ($4), of the first $5 keys in
 // round-robin order and of the $6 oldest tickets (the keys keyTicketsSQL's tickets have). No row:
@@ -132,43 +147,51 @@ func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64
 }
 
 // ratePlan is what a rated decision writes: the task's tat and declaration, keys' tats, and the
-// rows of keys whose rate is spent and that have no holder or waiter.
+// rows of keys whose rate is spent and that have no holder or waiter. A tat the decision's grants
+// moved is written as the later of its stored value and the database clock at the write, plus the
+// units granted (delta, in µs): the write comes after the grants' start times, so the rate holds
+// over the recorded start times, not only over the decision's clock (docs/how-it-works.md).
 type ratePlan struct {
-	tat                                             int64
+	tat, tatDelta                                   int64
 	declaredRate, declaredKeyRate, declaredKeyRates string
-	keyTATs                                         map[string]int64
+	keyTATs, keyDeltas                              map[string]int64
 	drops                                           []string
 	nowUS                                           int64
 }
 
-// upsertTaskRateSQL writes a task's tat and declaration.
-const upsertTaskRateSQL = `
+// The rate writes; the database clock in µs is (extract(epoch FROM clock_timestamp()) * 1000000).
+const (
+	// upsertTaskRateSQL writes a task's tat ($3 stored, $4 the units granted) and declaration.
+	upsertTaskRateSQL = `
 INSERT INTO taskling.task_rate AS r (stripe, task_id, tat_us, declared_rate, declared_key_rate, declared_key_rates)
-VALUES ($1, $2, $3, $4, $5, $6)
+VALUES ($1, $2, CASE WHEN $4::bigint > 0 THEN greatest($3::bigint, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) + $4 ELSE $3 END,
+    $5, $6, $7)
 ON CONFLICT (stripe, task_id) DO UPDATE
 SET tat_us = EXCLUDED.tat_us, declared_rate = EXCLUDED.declared_rate, declared_key_rate = EXCLUDED.declared_key_rate,
     declared_key_rates = EXCLUDED.declared_key_rates`
 
-// upsertKeyRatesSQL writes keys' tats.
-const upsertKeyRatesSQL = `
+	// upsertKeyRatesSQL writes keys' tats (stored, and the units granted).
+	upsertKeyRatesSQL = `
 INSERT INTO taskling.key_rate AS k (stripe, task_id, key, tat_us)
-SELECT $1, $2, r.key, r.tat FROM unnest($3::text[], $4::bigint[]) AS r(key, tat)
+SELECT $1, $2, r.key, greatest(r.tat, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint) + r.delta
+FROM unnest($3::text[], $4::bigint[], $5::bigint[]) AS r(key, tat, delta)
 ON CONFLICT (stripe, task_id, key) DO UPDATE SET tat_us = EXCLUDED.tat_us`
 
-// dropKeyRatesSQL deletes the rows of keys ($3) whose rate is spent at $4 (their tat has passed).
-const dropKeyRatesSQL = `DELETE FROM taskling.key_rate WHERE stripe = $1 AND task_id = $2 AND key = ANY($3::text[]) AND tat_us <= $4`
+	// dropKeyRatesSQL deletes the rows of keys ($3) whose rate is spent at $4 (their tat has passed).
+	dropKeyRatesSQL = `DELETE FROM taskling.key_rate WHERE stripe = $1 AND task_id = $2 AND key = ANY($3::text[]) AND tat_us <= $4`
+)
 
 // queueRateWrites queues a rated task's writes.
 func queueRateWrites(b *txBatch, id int64, p *ratePlan) {
 	stripe := int16(id % stripeCount)
-	b.Queue(upsertTaskRateSQL, stripe, id, p.tat, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates)
-	if len(p.keyTATs) > 0 {
-		keys := slices.Sorted(maps.Keys(p.keyTATs))
-		tats := make([]int64, len(keys))
+	b.Queue(upsertTaskRateSQL, stripe, id, p.tat, p.tatDelta, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates)
+	if len(p.keyDeltas) > 0 {
+		keys := slices.Sorted(maps.Keys(p.keyDeltas))
+		tats, deltas := make([]int64, len(keys)), make([]int64, len(keys))
 		for i, k := range keys {
-			tats[i] = p.keyTATs[k]
+			tats[i], deltas[i] = p.keyTATs[k], p.keyDeltas[k]
 		}
-		b.Queue(upsertKeyRatesSQL, stripe, id, keys, tats)
+		b.Queue(upsertKeyRatesSQL, stripe, id, keys, tats, deltas)
 	}
 	if len(p.drops) > 0 {
 		b.Queue(dropKeyRatesSQL, stripe, id, p.drops, p.nowUS)

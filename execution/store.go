@@ -50,6 +50,9 @@ type Store struct {
 	hb heartbeatConn
 	// keyLevels is, by task, the width level its keyed reads last needed (keys_io.go).
 	keyLevels sync.Map
+	// rated are the tasks whose last read found them under a rate: they never take the fast path,
+	// since a rate needs the database's clock and state (rates_io.go).
+	rated sync.Map
 
 	retries        atomic.Int64
 	transactions   atomic.Int64

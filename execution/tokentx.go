@@ -180,6 +180,10 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		queueEndedRead(b, retries, ended)
 	}
 	keyReads := s.queueKeyReads(b, tasks, want.keys)
+	var rateReads map[int64]*rateRow
+	if s.epochs.rates.Load() {
+		rateReads = s.queueRateReads(b, tasks, want.keys)
+	}
 	if err := tx.send(ctx, b); err != nil {
 		return nil, err
 	}
@@ -189,7 +193,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	s.sawEpoch(ep)
 	for _, id := range ids {
 		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs ||
-			st.protocol >= 5 && !s.epochs.stripes.Load() || st.protocol >= 6 && !keyed) {
+			st.protocol >= 5 && !s.epochs.stripes.Load() || st.protocol >= 6 && !keyed || st.protocol >= 7 && !s.epochs.rates.Load()) {
 			s.epochs.known.Store(false) // migrated meanwhile: look again
 		}
 		st, ok := states[id]
@@ -204,6 +208,10 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		}
 		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
 		st.keyReads = keyReads[id]
+		if r := rateReads[id]; r != nil {
+			st.rates = r
+			s.noteRated(id, r.configured())
+		}
 		if h, ok := taskHandoffs[id]; ok {
 			settleHandoffs(h, nowUS)
 			st.handoffs = h
@@ -340,6 +348,12 @@ func (s *Store) writePlans(ctx context.Context, tx *txConn, tasks map[int64][]*o
 			sql = insertHandoffsSQL
 		}
 		b.Queue(sql, h.args(keyed)...)
+	}
+	for _, id := range ids {
+		// After the grants' executions and handoffs: a rate moves from the latest start time.
+		if p := plans[id].keys; p != nil && p.rates != nil {
+			queueRateWrites(b, id, p.rates)
+		}
 	}
 	w.queueLinks(b, linkSQL)
 	if len(w.claimTasks) > 0 {

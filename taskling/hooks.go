@@ -56,6 +56,8 @@ type DenyReason string
 const (
 	DenyLimit     DenyReason = "limit"     // every slot is held (ErrLimitReached)
 	DenyKeyLimit  DenyReason = "key_limit" // the start's key is at its limit (ErrKeyLimitReached)
+	DenyRate      DenyReason = "rate"      // the task's rate has no room (ErrRateLimited)
+	DenyKeyRate   DenyReason = "key_rate"  // the start's key's rate has no room (ErrRateLimited)
 	DenyDisabled  DenyReason = "disabled"  // the task is disabled (ErrTaskDisabled)
 	DenyDuplicate DenyReason = "duplicate" // an idempotent reference already ran (ErrDuplicateReference)
 	DenyRetired   DenyReason = "retired"   // the task is retired (ErrTaskRetired)

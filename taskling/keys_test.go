@@ -214,24 +214,14 @@ func TestOperatorOverridesOfKeysWinAndAreRecorded(t *testing.T) {
 	for _, k := range info.Keys {
 		keys[k.Key] = k
 	}
-	require.Equal(t, taskling.KeyInfo{Key: "acme", Holders: 2, CostInUse: 2, Limit: 5, LimitSource: taskling.KeySourceOverride}, keys["acme"])
-	require.Equal(t, taskling.KeyInfo{Key: "globex", Holders: 3, CostInUse: 3, Limit: 3, LimitSource: taskling.KeySourceKeyLimitOverride}, keys["globex"])
+	require.Equal(t, taskling.KeyInfo{Key: "acme", Holders: 2, CostInUse: 2, Limit: 5, LimitSource: taskling.KeySourceOverride,
+		RateSource: taskling.KeySourceNone}, keys["acme"])
+	require.Equal(t, taskling.KeyInfo{Key: "globex", Holders: 3, CostInUse: 3, Limit: 3, LimitSource: taskling.KeySourceKeyLimitOverride,
+		RateSource: taskling.KeySourceNone}, keys["globex"])
 	require.Equal(t, "globex", info.Keys[0].Key, "the busiest key first")
 
 	require.NoError(t, ops.ClearOverrides(b.ctx, b.app, b.task))
-	page, err := b.client.TaskChanges(b.ctx, b.app, b.task, nil)
-	require.NoError(t, err)
-	var got []string
-	for _, c := range page.Changes {
-		text := func(p *string) string {
-			if p == nil {
-				return ""
-			}
-			return *p
-		}
-		got = append(got, c.Field+":"+text(c.Old)+">"+text(c.New))
-	}
-	require.ElementsMatch(t, []string{"key_limit[acme]:>5", "key_limit:>3", "key_limit:3>", "key_limit[acme]:5>"}, got)
+	require.ElementsMatch(t, []string{"key_limit[acme]:>5", "key_limit:>3", "key_limit:3>", "key_limit[acme]:5>"}, changesOf(t, b))
 	info, err = b.client.Task(b.ctx, b.app, b.task)
 	require.NoError(t, err)
 	require.Equal(t, taskling.LimitSourceDeclared, info.KeyLimitSource)

@@ -123,12 +123,16 @@ type KeySettingsUpdate struct {
 	// Limit overrides the key's limit (1 to MaxConcurrencyLimit), whatever KeyLimit and the
 	// declared named keys say.
 	Limit *int
+	// Rate overrides the key's rate, whatever KeyRate and the declared named keys say: a zero
+	// Rate overrides it to none. See docs/rates.md.
+	Rate *Rate
 }
 
 // UpdateKeySettings stores the operator's override of key's settings for a task (creating its row
 // if needed): the next start on every host obeys it, and waiters are woken so that a raised limit
-// admits them at once. The change is recorded in the task's audit trail (field key_limit[KEY]).
-// At most MaxNamedKeys keys of a task are overridden. See docs/keys.md.
+// admits them at once. The change is recorded in the task's audit trail (fields key_limit[KEY]
+// and key_rate[KEY]). At most MaxNamedKeys keys of a task are overridden, for their limits and
+// for their rates. See docs/keys.md and docs/rates.md.
 func (o *Operations) UpdateKeySettings(ctx context.Context, app, task, key string, update KeySettingsUpdate) (err error) {
 	defer wrapErr(&err, "update settings of key %q of %s/%s", key, app, task)
 	if err := validateOwnTask(app, task); err != nil {
@@ -137,11 +141,19 @@ func (o *Operations) UpdateKeySettings(ctx context.Context, app, task, key strin
 	if err := validateKey("key", key); err != nil {
 		return err
 	}
-	if update.Limit == nil {
+	if update.Limit == nil && update.Rate == nil {
 		return nil
 	}
-	if err := execution.CheckNamedKeyLimit("KeySettingsUpdate.Limit", *update.Limit, "operator override"); err != nil {
-		return err
+	if update.Limit != nil {
+		if err := execution.CheckNamedKeyLimit("KeySettingsUpdate.Limit", *update.Limit, "operator override"); err != nil {
+			return err
+		}
+	}
+	rate := storeRate(update.Rate)
+	if rate != nil {
+		if err := rate.Validate("KeySettingsUpdate.Rate", " (operator override)"); err != nil {
+			return err
+		}
 	}
 	op, err := o.operator()
 	if err != nil {
@@ -151,12 +163,13 @@ func (o *Operations) UpdateKeySettings(ctx context.Context, app, task, key strin
 	if err != nil {
 		return err
 	}
-	_, err = o.c.admin.ChangeKeyOverride(ctx, id, key, update.Limit, op)
+	_, err = o.c.admin.ChangeKeyOverrides(ctx, id, adminstore.KeyOverrideChange{Key: key, Limit: update.Limit, Rate: rate, Op: op})
 	return err
 }
 
 // ClearKeyOverrides removes the operator's overrides of key's settings, recording it: the key
-// returns to its declared limit (or KeyLimit). Clearing a key with none does nothing.
+// returns to its declared limit and rate (or KeyLimit and KeyRate). Clearing a key with none
+// does nothing.
 func (o *Operations) ClearKeyOverrides(ctx context.Context, app, task, key string) (err error) {
 	defer wrapErr(&err, "clear overrides of key %q of %s/%s", key, app, task)
 	if err := validateKey("key", key); err != nil {
@@ -166,7 +179,7 @@ func (o *Operations) ClearKeyOverrides(ctx context.Context, app, task, key strin
 	if err != nil || id == 0 {
 		return err
 	}
-	_, err = o.c.admin.ChangeKeyOverride(ctx, id, key, nil, op)
+	_, err = o.c.admin.ChangeKeyOverrides(ctx, id, adminstore.KeyOverrideChange{Key: key, ClearLimit: true, ClearRate: true, Op: op})
 	return err
 }
 

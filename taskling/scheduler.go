@@ -222,8 +222,12 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 		events = append(events, disabled.event(ScheduleEventDisabled, "task disabled"))
 		_, err := c.scheds.AdvanceSchedule(ctx, r.taskID, c.host, row.Cursor, plan.Run[len(plan.Run)-1], events)
 		return 0, false, err
-	case errors.Is(err, ErrLimitReached) && res.ExecutionID != 0:
-		return 0, false, nil // skipped for overlap, recorded with the cursor's advance
+	case (errors.Is(err, ErrLimitReached) || errors.Is(err, ErrRateLimited)) && res.ExecutionID != 0:
+		return 0, false, nil // skipped for overlap (or a rate), recorded with the cursor's advance
+	case errors.Is(err, ErrRateLimited):
+		// OverlapWait: planned again once the rate has room (no release announces it), when the
+		// catch-up policy decides which of the instants due run.
+		return max(res.RetryAfter+time.Millisecond, time.Millisecond), true, nil
 	case errors.Is(err, ErrLimitReached):
 		if hook := c.testHooks.claimDenied; hook != nil {
 			hook()

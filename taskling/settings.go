@@ -9,6 +9,7 @@ import (
 
 	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/store/adminstore"
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Bounds of the settings (see the README's settings table).
@@ -108,16 +109,16 @@ type KeySettings struct {
 // Rate is at most Count units per Per, at most Burst at once (0 means 1): "100/1m",
 // "500/1s,burst=50" as ParseRate reads it and String writes it. A start of cost c takes c units,
 // so Burst must be at least the largest cost the rate admits. The zero Rate is none.
-type Rate = execution.Rate
+type Rate = tasklingtype.Rate
 
 // ParseRate reads a rate: COUNT/PER with PER a Go duration ("100/1m", "30/1s"; a bare unit is
 // one of it, "100/m"), optionally ",burst=B". "" and "none" are the zero Rate (none).
 func ParseRate(s string) (Rate, error) {
 	r, err := execution.ParseRate(s)
 	if err != nil {
-		return r, fmt.Errorf("%w: %w", ErrInvalidSettings, err)
+		return Rate(r), fmt.Errorf("%w: %w", ErrInvalidSettings, err)
 	}
-	return r, nil
+	return Rate(r), nil
 }
 
 // Bounds of a rate.
@@ -238,14 +239,14 @@ func (s TaskSettings) validateLayer(layer string) error {
 		if l := ks.Limit; l < 0 || l > MaxConcurrencyLimit || l == 0 && ks.Rate.IsZero() {
 			return fmt.Errorf("%w: Keys[%q].Limit (%s) is %d; want 1 to %d (0 only beside a Rate)", ErrInvalidSettings, k, layer, l, MaxConcurrencyLimit)
 		}
-		if err := ks.Rate.Validate(fmt.Sprintf("Keys[%q].Rate", k), " ("+layer+")"); err != nil {
+		if err := execution.Rate(ks.Rate).Validate(fmt.Sprintf("Keys[%q].Rate", k), " ("+layer+")"); err != nil {
 			return err
 		}
 	}
-	if err := s.Rate.Validate("Rate", " ("+layer+")"); err != nil {
+	if err := execution.Rate(s.Rate).Validate("Rate", " ("+layer+")"); err != nil {
 		return err
 	}
-	if err := s.KeyRate.Validate("KeyRate", " ("+layer+")"); err != nil {
+	if err := execution.Rate(s.KeyRate).Validate("KeyRate", " ("+layer+")"); err != nil {
 		return err
 	}
 	for _, d := range []struct {
@@ -278,8 +279,8 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 		OverrideThreshold:       s.OverrideThreshold,
 		Retention:               execution.Retention{Completed: s.KeepCompleted, Failed: s.KeepFailed, Blocked: s.KeepBlocked},
 		KeyLimit:                s.KeyLimit,
-		Rate:                    s.Rate,
-		KeyRate:                 s.KeyRate,
+		Rate:                    execution.Rate(s.Rate),
+		KeyRate:                 execution.Rate(s.KeyRate),
 	}
 	for k, ks := range s.Keys {
 		if ks.Limit > 0 {
@@ -292,7 +293,7 @@ func (s TaskSettings) toStore(layer string) (execution.Settings, error) {
 			if es.KeyRates == nil {
 				es.KeyRates = map[string]execution.Rate{}
 			}
-			es.KeyRates[k] = ks.Rate
+			es.KeyRates[k] = execution.Rate(ks.Rate)
 		}
 	}
 	if err := es.Validate(layer); err != nil {
@@ -367,5 +368,15 @@ func overrides(u SettingsUpdate) execution.Overrides {
 		m := int16(*u.DeathMode)
 		o.DeathMode = &m
 	}
+	o.Rate, o.KeyRate = storeRate(u.Rate), storeRate(u.KeyRate)
 	return o
+}
+
+// storeRate is r as the store takes it (nil stays nil).
+func storeRate(r *Rate) *execution.Rate {
+	if r == nil {
+		return nil
+	}
+	v := execution.Rate(*r)
+	return &v
 }

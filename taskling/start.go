@@ -210,8 +210,31 @@ func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (e
 		return res, fmt.Errorf("%w: %s reference %q (attempt recorded as execution %d)", ErrDuplicateReference, req.TaskName, *req.ReferenceValue, res.ExecutionID)
 	case execution.DeniedLimit, execution.DeniedKeyLimit:
 		return res, limitError(req, res)
+	case execution.DeniedRate, execution.DeniedKeyRate:
+		if res.Unfit != nil {
+			return res, limitError(req, res)
+		}
+		return res, rateError(req, res)
 	}
 	return res, nil
+}
+
+// rateReason is the denial reason of a rate's refusal.
+func rateReason(err error) DenyReason {
+	var rl *RateLimitedError
+	if errors.As(err, &rl) && rl.Limit == RateOfKey {
+		return DenyKeyRate
+	}
+	return DenyRate
+}
+
+// rateError is the error of a start a rate refused.
+func rateError(req startReq, res execution.AcquireResult) error {
+	e := &RateLimitedError{Task: req.TaskName, Key: req.Key, Limit: RateOfTask, Rate: res.Rate, RetryAfter: res.RetryAfter, Recorded: res.ExecutionID}
+	if res.Denied == execution.DeniedKeyRate {
+		e.Limit = RateOfKey
+	}
+	return e
 }
 
 // limitError is the error of a start denied by the task's limit or its key's, or refused for a
@@ -224,15 +247,17 @@ func limitError(req startReq, res execution.AcquireResult) error {
 	}
 	if u := res.Unfit; u != nil {
 		limit := fmt.Sprintf("the task's limit %d", u.Value)
-		if u.Limit == execution.UnfitKey {
-			limit = fmt.Sprintf("the limit %d of key %q", u.Value, req.Key)
+		sentinel := ErrLimitReached
+		switch u.Limit {
+		case execution.UnfitKey:
+			limit, sentinel = fmt.Sprintf("the limit %d of key %q", u.Value, req.Key), ErrKeyLimitReached
+		case execution.UnfitRate:
+			limit, sentinel = fmt.Sprintf("the burst %d of the task's rate", u.Value), ErrRateLimited
+		case execution.UnfitKeyRate:
+			limit, sentinel = fmt.Sprintf("the burst %d of key %q's rate", u.Value, req.Key), ErrRateLimited
 		}
 		if req.ticket() == 0 {
 			return fmt.Errorf("%w: %s.Cost is %d; above %s of %s", ErrInvalidArgument, req.options, u.Cost, limit, req.TaskName)
-		}
-		sentinel := ErrLimitReached
-		if u.Limit == execution.UnfitKey {
-			sentinel = ErrKeyLimitReached
 		}
 		return fmt.Errorf("%w: %s: cost %d no longer fits %s (lowered while it waited)", sentinel, req.TaskName, u.Cost, limit)
 	}
@@ -316,6 +341,13 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq
 		switch {
 		case errors.Is(err, ErrLimitReached):
 			wait = retryDelay(res, wait)
+		case errors.Is(err, ErrRateLimited) && req.submission != 0:
+			// Work defers the submission rather than hold its claim while the rate has no room.
+			c.hooks.denied(app, task, rateReason(err))
+			return nil, err
+		case errors.Is(err, ErrRateLimited):
+			// No release wakes it: its next attempt is timed for when the rate has room.
+			wait = max(res.RetryAfter+time.Millisecond, time.Millisecond)
 		case ctx.Err() != nil:
 			return nil, c.recordGaveUp(ctx, app, task, req, lastErr)
 		case execution.IsUnavailable(err):
@@ -436,6 +468,10 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startRe
 	if err != nil {
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
+	if errors.Is(lastErr, ErrRateLimited) {
+		c.hooks.denied(app, task, rateReason(lastErr))
+		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrRateLimited, req.TaskName, id, cause)
+	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
 		reason, sentinel := DenyLimit, ErrLimitReached
 		if errors.Is(lastErr, ErrKeyLimitReached) {
@@ -470,6 +506,10 @@ func (c *Client) report(app, task string, req startReq, res execution.AcquireRes
 		c.hooks.denied(app, task, DenyDuplicate)
 	case req.RecordDenial && res.Denied == execution.DeniedKeyLimit:
 		c.hooks.denied(app, task, DenyKeyLimit)
+	case req.RecordDenial && res.Denied == execution.DeniedRate:
+		c.hooks.denied(app, task, DenyRate)
+	case req.RecordDenial && res.Denied == execution.DeniedKeyRate:
+		c.hooks.denied(app, task, DenyKeyRate)
 	case req.RecordDenial: // a waiter's limit denials are counted when it gives up
 		c.hooks.denied(app, task, DenyLimit)
 	}

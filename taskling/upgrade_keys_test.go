@@ -34,9 +34,9 @@ func TestKeysUpgradeServesTheHoldersWaitersAndSubmissionsOfBefore(t *testing.T) 
 	_, err = b.client.StartExecution(ctx, b.app, b.task, &taskling.StartOptions{Key: "x"})
 	require.ErrorContains(t, err, "keys and costs need migration 0022", "a keyed start waits for the migration")
 
-	require.NoError(t, migrations.Up(ctx, pool))
+	require.NoError(t, migrations.UpTo(ctx, pool, 22))
 	require.Equal(t, 6, b.count(t, `SELECT version FROM taskling.protocol`))
-	require.Equal(t, 6, taskling.ProtocolVersion)
+	require.GreaterOrEqual(t, taskling.ProtocolVersion, 6)
 	require.NoError(t, holder.Complete(ctx))
 	got := <-first
 	require.NoError(t, got.err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,6 +185,13 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 	// The claim lives by this session's heartbeats, kept going while this worker waits.
 	c.hb.addWaiter(settings.KeepAliveInterval)
 	defer c.hb.removeWaiter(settings.KeepAliveInterval)
+	if wait := w.claims.pausedFor(); wait > 0 { // the task's rate has no room: claim nothing yet
+		select {
+		case <-stopCtx.Done():
+		case <-time.After(wait):
+		}
+		return true, nil
+	}
 	sub, err := w.claims.take(stopCtx, w, session, settings.KeepAliveDeathThreshold, declared)
 	if err != nil || sub == nil {
 		return false, err
@@ -203,6 +211,14 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 			w.unclaim(stopCtx, []submitstore.ClaimedSubmission{*sub}, session)
 			return false, ferr
 		}
+		return true, nil
+	}
+	var limited *RateLimitedError
+	if errors.As(err, &limited) && stopCtx.Err() == nil {
+		// Deferred, not failed: no attempt is spent, and other keys' submissions are claimed
+		// meanwhile.
+		w.unclaim(stopCtx, []submitstore.ClaimedSubmission{*sub}, session)
+		w.claims.deferFor(limited, sub.Key)
 		return true, nil
 	}
 	if err != nil {
@@ -246,6 +262,47 @@ type claimBuffer struct {
 	mu        sync.Mutex
 	claimed   []submitstore.ClaimedSubmission
 	lastEmpty time.Time // when a claim last found nothing
+	// deferred are keys whose rate had no room for a submission, until when; paused, when the
+	// task's rate had none, until when no claim is made (docs/rates.md).
+	deferred map[string]time.Time
+	paused   time.Time
+}
+
+// deferFor defers what a rate refused: the submission's key until its rate has room, or every
+// claim until the task's has.
+func (b *claimBuffer) deferFor(rl *RateLimitedError, key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	until := time.Now().Add(rl.RetryAfter)
+	if rl.Limit != RateOfKey {
+		b.paused = until
+		return
+	}
+	if b.deferred == nil {
+		b.deferred = map[string]time.Time{}
+	}
+	b.deferred[key] = until
+}
+
+// passed are the keys deferred now (b.mu held).
+func (b *claimBuffer) passed(now time.Time) []string {
+	var keys []string
+	for k, until := range b.deferred {
+		if now.Before(until) {
+			keys = append(keys, k)
+		} else {
+			delete(b.deferred, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// pausedFor is how long no claim is made yet (0: claims go on).
+func (b *claimBuffer) pausedFor() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Until(b.paused)
 }
 
 // take returns the next claimed submission, claiming a batch when none is left; nil when there
@@ -261,7 +318,7 @@ func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, thresh
 			return nil, nil // a claim that began after this worker asked found nothing
 		}
 		began := time.Now()
-		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()), declared)
+		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()), declared, b.passed(began))
 		if err != nil || len(subs) == 0 {
 			if err == nil {
 				b.lastEmpty = began

@@ -69,6 +69,18 @@ type TaskInfo struct {
 	KeyLimit       int
 	KeyLimitSource LimitSource
 	KeysWaiting    int
+	// Rate is the task's rate in force (zero: none), from RateSource: the operator's override
+	// (Overrides.Rate) if set, else what the last requester declared. KeyRate is every key's rate
+	// in force, from KeyRateSource; named keys may have their own (KeyInfo.Rate). A Burst of 1
+	// reads as 0 (its default). See docs/rates.md.
+	Rate          Rate
+	RateSource    LimitSource
+	KeyRate       Rate
+	KeyRateSource LimitSource
+	// NextAllowed is how long, from the read, until a start of cost 1 fits the task's rate,
+	// measured on the database clock (0: it fits now, or the task has no rate). Another start may
+	// take that room first.
+	NextAllowed time.Duration
 	// Retired is when and by whom the task was retired (nil if it is not: see RetireTask);
 	// HasSchedule says it has a schedule (Schedule), ScheduleRetired when that was retired.
 	Retired         *Retirement
@@ -96,7 +108,7 @@ type TaskDetail struct {
 	TaskInfo
 	Slots []Slot
 	// Keys are the task's busiest keys — most cost in use first, then most waiters — and its
-	// named keys (those with a limit of their own), at most MaxKeysShown; KeysTotal counts them
+	// named keys (those with a limit or a rate of their own), at most MaxKeysShown; KeysTotal counts them
 	// all.
 	Keys      []KeyInfo
 	KeysTotal int
@@ -124,7 +136,9 @@ type TaskRetention struct {
 const MaxKeysShown = 50
 
 // KeyInfo is one key of a task: its live holders and the cost they hold, its live waiters, its
-// limit in force (0: none) and where that comes from.
+// limit in force (0: none) and where that comes from, its rate in force (zero: none) and where
+// that comes from, and how long until a start of cost 1 fits that rate (NextAllowed, on the
+// database clock; 0: now, or no rate).
 type KeyInfo struct {
 	Key         string
 	Holders     int
@@ -132,9 +146,13 @@ type KeyInfo struct {
 	Waiting     int
 	Limit       int
 	LimitSource KeyLimitSource
+	Rate        Rate
+	RateSource  KeyLimitSource
+	NextAllowed time.Duration
 }
 
-// KeyLimitSource says where a key's limit comes from.
+// KeyLimitSource says where a key's limit, or its rate, comes from (for a rate, "key limit"
+// reads "key rate": KeySourceKeyLimitOverride is the operator's override of KeyRate).
 type KeyLimitSource string
 
 const (
@@ -253,6 +271,10 @@ type SettingsUpdate struct {
 	// KeyLimit overrides every key's limit (see TaskSettings.KeyLimit): 0 for no key limit.
 	// Named keys are overridden one by one (UpdateKeySettings).
 	KeyLimit *int
+	// Rate overrides the task's rate, KeyRate every key's (see TaskSettings.Rate): a zero Rate
+	// overrides it to none. Named keys' rates are overridden one by one (UpdateKeySettings).
+	Rate    *Rate
+	KeyRate *Rate
 	// Keep settings (see TaskSettings.KeepCompleted): how long cleanup keeps the task's history.
 	KeepCompleted *time.Duration
 	KeepFailed    *time.Duration

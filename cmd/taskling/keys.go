@@ -14,7 +14,7 @@ import (
 // newTasksKeysCommand is 'taskling tasks keys': a task's keys, and the operator's overrides of
 // named keys' limits.
 func newTasksKeysCommand(e *env) *cobra.Command {
-	cmd := &cobra.Command{Use: "keys", Short: "A task's keys: show them, set or clear the operator's override of a key's limit"}
+	cmd := &cobra.Command{Use: "keys", Short: "A task's keys: show them, set or clear the operator's override of a key's limit or rate"}
 	cmd.AddCommand(newKeysShowCommand(e), newKeysSetCommand(e), newKeysClearCommand(e))
 	return cmd
 }
@@ -51,15 +51,17 @@ func (t keyTarget) resolveKey(args []string) (app, task, key string, err error) 
 func newKeysSetCommand(e *env) *cobra.Command {
 	var (
 		limit int
+		rate  string
 		by    string
 	)
 	cmd := &cobra.Command{
-		Use:   "set APP/TASK KEY --limit N [--by NAME]",
-		Short: "Override a key's limit; the next start on every host obeys it",
-		Long: `Store the operator's override of KEY's limit in the task's row: it wins over KeyLimit and
-over the limits hosts declare for named keys, until 'taskling tasks keys clear' (or 'tasks clear').
-Raising it admits the key's waiters at once; lowering it never evicts a running holder. The change
-is recorded in the task's changes ('tasks show').`,
+		Use:   "set APP/TASK KEY [--limit N] [--rate R] [--by NAME]",
+		Short: "Override a key's limit or rate; the next start on every host obeys it",
+		Long: `Store the operator's override of KEY's limit (--limit) or rate (--rate: "5/1m",
+"500/1s,burst=50", or "none"), or both: it wins over KeyLimit and KeyRate and over what hosts
+declare for named keys, until 'taskling tasks keys clear' (or 'tasks clear'). Raising a limit
+admits the key's waiters at once; lowering it never evicts a running holder. The change is
+recorded in the task's changes ('tasks show').`,
 	}
 	target := addKeyTarget(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -67,23 +69,35 @@ is recorded in the task's changes ('tasks show').`,
 		if err != nil {
 			return err
 		}
-		if !cmd.Flags().Changed("limit") {
-			return usageErrorf("tasks keys set needs --limit")
+		var u taskling.KeySettingsUpdate
+		if cmd.Flags().Changed("limit") {
+			if limit < 1 || limit > taskling.MaxConcurrencyLimit {
+				return usageErrorf("--limit is %d; want 1 to %d", limit, taskling.MaxConcurrencyLimit)
+			}
+			u.Limit = &limit
 		}
-		if limit < 1 || limit > taskling.MaxConcurrencyLimit {
-			return usageErrorf("--limit is %d; want 1 to %d", limit, taskling.MaxConcurrencyLimit)
+		if cmd.Flags().Changed("rate") {
+			r, err := rateFlag("rate", rate)
+			if err != nil {
+				return err
+			}
+			u.Rate = &r
+		}
+		if u.Limit == nil && u.Rate == nil {
+			return usageErrorf("tasks keys set needs --limit or --rate")
 		}
 		if err := checkBy(by); err != nil {
 			return err
 		}
 		return e.withClient(cmd.Context(), func(ctx context.Context, c *taskling.Client) error {
-			if err := e.as(c, by).UpdateKeySettings(ctx, app, task, key, taskling.KeySettingsUpdate{Limit: &limit}); err != nil {
+			if err := e.as(c, by).UpdateKeySettings(ctx, app, task, key, u); err != nil {
 				return err
 			}
 			return e.showKeys(ctx, c, app, task)
 		})
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "the key's limit: 1 to 10000")
+	cmd.Flags().StringVar(&rate, "rate", "", `the key's rate: "5/1m", "500/1s,burst=50", or "none"`)
 	cmd.Flags().StringVar(&by, "by", "", byUsage)
 	return cmd
 }
@@ -92,7 +106,7 @@ func newKeysClearCommand(e *env) *cobra.Command {
 	var by string
 	cmd := &cobra.Command{
 		Use:   "clear APP/TASK KEY [--by NAME]",
-		Short: "Remove the operator's override of a key: it returns to its declared limit",
+		Short: "Remove the operator's overrides of a key: it returns to its declared limit and rate",
 	}
 	target := addKeyTarget(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -120,7 +134,7 @@ func newKeysClearCommand(e *env) *cobra.Command {
 func newKeysShowCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show APP/TASK",
-		Short: "The task's busiest and named keys: holders, cost in use, waiters, limit and its source",
+		Short: "The task's busiest and named keys: holders, cost in use, waiters, limit, rate, their sources and the next allowed start",
 	}
 	target := addTaskTarget(cmd, false)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -155,14 +169,15 @@ func printKeys(w io.Writer, d httpapi.TaskDetail) error {
 		_, err := fmt.Fprintln(w, "No keys in use, waiting or named.")
 		return err
 	}
-	t := newTable(w, "KEY", "HOLDERS", "COST IN USE", "WAITING", "LIMIT", "SOURCE")
+	t := newTable(w, "KEY", "HOLDERS", "COST IN USE", "WAITING", "LIMIT", "SOURCE", "RATE", "RATE SOURCE", "NEXT START")
 	for _, k := range d.Keys {
 		limit := "none"
 		if k.Limit != nil {
 			limit = fmt.Sprint(*k.Limit)
 		}
 		name := terminalSafe(fmt.Sprintf("%q", k.Key))
-		t.row(name, fmt.Sprint(k.Holders), fmt.Sprint(k.CostInUse), fmt.Sprint(k.Waiting), limit, k.LimitSource)
+		t.row(name, fmt.Sprint(k.Holders), fmt.Sprint(k.CostInUse), fmt.Sprint(k.Waiting), limit, k.LimitSource,
+			rateText(k.Rate), k.RateSource, nextText(k.NextAllowedSeconds, k.NextAllowed))
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -114,6 +114,7 @@ func newTasksSetCommand(e *env) *cobra.Command {
 	var (
 		limit     int
 		keyLimit  int
+		rates     [2]string
 		disable   bool
 		enable    bool
 		threshold time.Duration
@@ -121,7 +122,7 @@ func newTasksSetCommand(e *env) *cobra.Command {
 		by        string
 	)
 	cmd := &cobra.Command{
-		Use:   "set APP/TASK [--limit N] [--key-limit N] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
+		Use:   "set APP/TASK [--limit N] [--key-limit N] [--rate R] [--key-rate R] [--disable | --enable] [--keep-alive-threshold D] [--keep-completed K] [--keep-failed K] [--keep-blocked K]",
 		Short: "Store operator overrides; the next start on every host obeys them",
 		Long: `Store operator overrides in the task's row. They win over every host's declared settings
 until 'taskling tasks clear'; the next start on every host obeys them. Lowering the limit
@@ -149,6 +150,16 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 			}
 			u.KeyLimit = &keyLimit
 		}
+		for i, dst := range []**taskling.Rate{&u.Rate, &u.KeyRate} {
+			name := [...]string{"rate", "key-rate"}[i]
+			if flags.Changed(name) {
+				r, err := rateFlag(name, rates[i])
+				if err != nil {
+					return err
+				}
+				*dst = &r
+			}
+		}
 		if disable && enable {
 			return usageErrorf("--disable and --enable exclude each other")
 		}
@@ -174,7 +185,7 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 			*dst = &d
 		}
 		if u == (taskling.SettingsUpdate{}) {
-			return usageErrorf("tasks set needs at least one of --limit, --key-limit, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
+			return usageErrorf("tasks set needs at least one of --limit, --key-limit, --rate, --key-rate, --disable, --enable, --keep-alive-threshold, --keep-completed, --keep-failed, --keep-blocked")
 		}
 		if err := checkBy(by); err != nil {
 			return err
@@ -188,6 +199,8 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "concurrency limit: -1 unlimited, or 1 to 10000")
 	cmd.Flags().IntVar(&keyLimit, "key-limit", 0, "every key's limit (KeyLimit): 0 for none, or 1 to 10000; 'tasks keys set' overrides one key")
+	cmd.Flags().StringVar(&rates[0], "rate", "", `the task's rate (Rate): "30/1m", "500/1s,burst=50", or "none"`)
+	cmd.Flags().StringVar(&rates[1], "key-rate", "", `every key's rate (KeyRate), as --rate; 'tasks keys set --rate' overrides one key`)
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the task: starts return ErrTaskDisabled")
 	cmd.Flags().BoolVar(&enable, "enable", false, "enable the task, whatever its declared settings")
 	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
@@ -290,6 +303,10 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 		}
 		fmt.Fprintf(w, "Key limit: %s (%s); %d keys waiting\n", keyLimit, d.KeyLimitSource, d.KeysWaiting)
 	}
+	if d.RateSource != "none" || d.KeyRateSource != "none" {
+		fmt.Fprintf(w, "Rate:      %s (%s); next start allowed %s\n", rateText(d.Rate), d.RateSource, nextText(d.NextAllowedSeconds, d.NextAllowed))
+		fmt.Fprintf(w, "Key rate:  %s (%s)\n", rateText(d.KeyRate), d.KeyRateSource)
+	}
 	fmt.Fprintf(w, "Fence:     %d\n", d.Fence)
 	if r := d.Retired; r != nil {
 		fmt.Fprintf(w, "Retired:   by %s at %s (starts are refused)\n", terminalSafe(r.By), clock(r.At))
@@ -323,6 +340,34 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	}
 	fmt.Fprintln(w)
 	return printChanges(w, changes.Changes)
+}
+
+// rateFlag reads a rate flag's value ("30/1m", "none").
+func rateFlag(name, value string) (taskling.Rate, error) {
+	if strings.TrimSpace(value) == "" {
+		return taskling.Rate{}, usageErrorf(`--%s is empty; want a rate like "30/1m" or "500/1s,burst=50", or "none"`, name)
+	}
+	r, err := taskling.ParseRate(value)
+	if err != nil {
+		return r, usageErrorf("--%s: %v", name, err)
+	}
+	return r, nil
+}
+
+// rateText writes a rate of a view: "none" for null.
+func rateText(r *string) string {
+	if r == nil {
+		return "none"
+	}
+	return *r
+}
+
+// nextText says when the next start is allowed by a rate: "now", or "in 12.5s".
+func nextText(seconds float64, d string) string {
+	if seconds <= 0 {
+		return "now"
+	}
+	return "in " + d
 }
 
 // changesShown is how many of a task's last changes 'tasks show' prints.

@@ -21,8 +21,8 @@ import (
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// protocol5Commit is a commit of grant protocol 5 (before migration 0022), in main's history.
-const protocol5Commit = "d8ac97a8e22e35cf3ce101510b9d6919f42b8344"
+// oldCommit is a commit of grant protocol 6 (before migration 0023), in main's history.
+const oldCommit = "c165b82df37e8588742d180015e9f95764fa1431"
 
 // oldProgram is a worker of that commit: "hold" starts an execution and completes it when told
 // on stdin (printing what Complete returned); "start" tries one start and prints its error.
@@ -79,16 +79,16 @@ func main() {
 }
 `
 
-// buildOld builds oldProgram from protocol5Commit, or skips when the repository's history is not
+// buildOld builds oldProgram from oldCommit, or skips when the repository's history is not
 // at hand (a source archive).
 func buildOld(t *testing.T) string {
 	t.Helper()
 	root, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil || exec.Command("git", "cat-file", "-e", protocol5Commit+"^{commit}").Run() != nil {
-		t.Skip("the repository's history (git) is needed to build a binary of grant protocol 5")
+	if err != nil || exec.Command("git", "cat-file", "-e", oldCommit+"^{commit}").Run() != nil {
+		t.Skip("the repository's history (git) is needed to build a binary of grant protocol 6")
 	}
 	dir := t.TempDir()
-	archive := exec.Command("git", "-C", strings.TrimSpace(string(root)), "archive", "--format=tar", "-o", filepath.Join(dir, "src.tar"), protocol5Commit)
+	archive := exec.Command("git", "-C", strings.TrimSpace(string(root)), "archive", "--format=tar", "-o", filepath.Join(dir, "src.tar"), oldCommit)
 	if out, err := archive.CombinedOutput(); err != nil {
 		t.Fatalf("git archive: %v: %s", err, out)
 	}
@@ -103,7 +103,7 @@ func buildOld(t *testing.T) string {
 	build.Dir = src
 	build.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the protocol 5 worker: %v: %s", err, out)
+		t.Fatalf("build the protocol 6 worker: %v: %s", err, out)
 	}
 	return bin
 }
@@ -147,42 +147,44 @@ func (w *oldWorker) line(t *testing.T) string {
 	return ""
 }
 
-// TestABinaryOfProtocol5RefusesToGrantButHeartbeatsAndCompletes: a fleet mid-upgrade. A worker of
-// grant protocol 5 holds a slot when the database is migrated to 0022 (protocol 6). Another worker
-// of protocol 5 then refuses to grant (ErrUpgradeRequired, naming both versions); the holder
-// keeps heartbeating past several death thresholds — its slot counts against the limit of the
-// keyed starts of the new binary — and completes normally, after which the new binary takes the
-// slot.
-func TestABinaryOfProtocol5RefusesToGrantButHeartbeatsAndCompletes(t *testing.T) {
+// TestABinaryOfProtocol6RefusesToGrantButHeartbeatsAndCompletes: a fleet mid-upgrade. A worker of
+// grant protocol 6 holds a slot when the database is migrated to 0023 (rates, protocol 7). Another
+// worker of protocol 6 then refuses to grant (ErrUpgradeRequired, naming both versions): it does
+// not know rates, so it must not grant past one. The holder keeps heartbeating past several death
+// thresholds — its slot counts against the limit of the new binary's rated starts — and completes
+// normally, after which the new binary takes the slot, within its rate.
+func TestABinaryOfProtocol6RefusesToGrantButHeartbeatsAndCompletes(t *testing.T) {
 	bin := buildOld(t)
 	ctx := context.Background()
 	pool, url := pgtest.NewEmptyDB(t)
-	require.NoError(t, migrations.UpTo(ctx, pool, 19))
+	require.NoError(t, migrations.UpTo(ctx, pool, 22))
 
 	holder := runOld(t, bin, url, "hold")
-	require.Regexp(t, `^granted \d+ 5$`, holder.line(t))
+	require.Regexp(t, `^granted \d+ 6$`, holder.line(t))
 
 	require.NoError(t, migrations.Up(ctx, pool))
 	refused := runOld(t, bin, url, "start")
-	require.Contains(t, refused.line(t), "error: taskling: start app/task: acquire app/task: taskling: upgrade required: the database runs grant protocol 6; this binary speaks protocol 5")
+	require.Contains(t, refused.line(t), "error: taskling: start app/task: acquire app/task: taskling: upgrade required: the database runs grant protocol 7; this binary speaks protocol 6")
 
-	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "new", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2, KeyLimit: 1,
-		KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}})
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "new", Defaults: taskling.TaskSettings{ConcurrencyLimit: 2,
+		Rate: taskling.Rate{Count: 2, Per: time.Hour, Burst: 2}, KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}})
 	require.NoError(t, err)
 	defer client.Close()
-	keyed, err := client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "acme"})
+	rated, err := client.StartExecution(ctx, "app", "task", nil)
 	require.NoError(t, err)
-	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "globex"})
-	require.ErrorIs(t, err, taskling.ErrLimitReached, "the old holder and acme hold the 2 slots")
+	_, err = client.StartExecution(ctx, "app", "task", nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached, "the old holder and the new one hold the 2 slots")
 	time.Sleep(3 * time.Second) // three death thresholds: the old holder lives by its heartbeats
-	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "globex"})
+	_, err = client.StartExecution(ctx, "app", "task", nil)
 	require.ErrorIs(t, err, taskling.ErrLimitReached, "the old holder still holds its slot")
 
 	_, err = fmt.Fprintln(holder.in, "complete")
 	require.NoError(t, err)
 	require.Equal(t, "completed <nil> context canceled", holder.line(t), "its completion returns its slot")
-	again, err := client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "globex"})
-	require.NoError(t, err)
+	again, err := client.StartExecution(ctx, "app", "task", nil)
+	require.NoError(t, err, "the second unit of the rate")
 	require.NoError(t, again.Complete(ctx))
-	require.NoError(t, keyed.Complete(ctx))
+	require.NoError(t, rated.Complete(ctx))
+	_, err = client.StartExecution(ctx, "app", "task", nil)
+	require.ErrorIs(t, err, taskling.ErrRateLimited, "2 an hour, burst 2: the old binary's grant was before the rate")
 }

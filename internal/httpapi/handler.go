@@ -352,16 +352,37 @@ type OverridesRequest struct {
 	OverrideThreshold       *string `json:"override_threshold"`
 	// KeyLimit overrides every key's limit: 0 for no key limit, or 1 to 10000.
 	KeyLimit *int `json:"key_limit"`
+	// Rate overrides the task's rate, KeyRate every key's: "30/1m", "500/1s,burst=50", or
+	// "none" for no rate (docs/rates.md).
+	Rate    *string `json:"rate"`
+	KeyRate *string `json:"key_rate"`
 	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
 }
 
 // KeyOverridesRequest is the body of PUT /api/v1/tasks/{app}/{task}/keys/{key}: the operator's
-// override of the key's limit (1 to 10000).
+// override of the key's limit (1 to 10000), of its rate ("5/1m", "none"), or of both; an absent
+// (or null) field is left as it is.
 type KeyOverridesRequest struct {
-	Limit *int `json:"limit"`
+	Limit *int    `json:"limit"`
+	Rate  *string `json:"rate"`
 	// By is a note recorded beside the principal that makes the change (its by).
 	By string `json:"by"`
+}
+
+// update validates the request and converts it, or returns a *FieldError.
+func (req KeyOverridesRequest) update() (taskling.KeySettingsUpdate, error) {
+	switch {
+	case req.Limit == nil && req.Rate == nil:
+		return taskling.KeySettingsUpdate{}, &FieldError{"limit", "is missing; want 1 to 10000 (or a rate)"}
+	case req.Limit != nil && (*req.Limit < 1 || *req.Limit > taskling.MaxConcurrencyLimit):
+		return taskling.KeySettingsUpdate{}, &FieldError{"limit", fmt.Sprintf("is %d; want 1 to %d", *req.Limit, taskling.MaxConcurrencyLimit)}
+	}
+	rate, err := rateIn("rate", req.Rate)
+	if err != nil {
+		return taskling.KeySettingsUpdate{}, err
+	}
+	return taskling.KeySettingsUpdate{Limit: req.Limit, Rate: rate}, checkBy("by", req.By)
 }
 
 // FieldError is an invalid input, naming the field.
@@ -410,13 +431,35 @@ func (o OverridesRequest) Update() (taskling.SettingsUpdate, error) {
 	if u.OverrideThreshold, err = durationIn("override_threshold", o.OverrideThreshold, taskling.MinThreshold, taskling.MaxThreshold); err != nil {
 		return u, err
 	}
+	if u.Rate, err = rateIn("rate", o.Rate); err != nil {
+		return u, err
+	}
+	if u.KeyRate, err = rateIn("key_rate", o.KeyRate); err != nil {
+		return u, err
+	}
 	if u.KeepAliveInterval != nil && u.KeepAliveDeathThreshold != nil && *u.KeepAliveDeathThreshold < 2**u.KeepAliveInterval {
 		return u, &FieldError{"keep_alive_death_threshold", fmt.Sprintf("(%s) must be at least twice keep_alive_interval (%s)", *u.KeepAliveDeathThreshold, *u.KeepAliveInterval)}
 	}
 	if u == (taskling.SettingsUpdate{}) {
-		return u, &FieldError{"body", "names no override; give at least one of concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, key_limit"}
+		return u, &FieldError{"body", "names no override; give at least one of concurrency_limit, enabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, key_limit, rate, key_rate"}
 	}
 	return u, checkBy("by", o.By)
+}
+
+// rateIn reads a rate ("30/1m", "none"; nil stays nil), or names field in a *FieldError.
+func rateIn(field string, s *string) (*taskling.Rate, error) {
+	if s == nil {
+		return nil, nil
+	}
+	if strings.TrimSpace(*s) == "" {
+		return nil, &FieldError{field, `is empty; want a rate like "30/1m" or "500/1s,burst=50", or "none"`}
+	}
+	r, err := taskling.ParseRate(*s)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), taskling.ErrInvalidSettings.Error()+": ")
+		return nil, &FieldError{field, fmt.Sprintf("%q is not a valid rate: %s", *s, msg)}
+	}
+	return &r, nil
 }
 
 func durationIn(field string, s *string, min, max time.Duration) (*time.Duration, error) {
@@ -555,21 +598,14 @@ func (h *Handler) setKeyOverrides(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req, bodySpec{what: "key overrides", unknown: "key override", limit: maxBody}) {
 		return
 	}
-	switch {
-	case req.Limit == nil:
-		writeError(w, http.StatusBadRequest, "limit", "limit is missing; want 1 to 10000")
-		return
-	case *req.Limit < 1 || *req.Limit > taskling.MaxConcurrencyLimit:
-		writeError(w, http.StatusBadRequest, "limit", fmt.Sprintf("limit is %d; want 1 to %d", *req.Limit, taskling.MaxConcurrencyLimit))
-		return
-	}
-	if err := checkBy("by", req.By); err != nil {
+	update, err := req.update()
+	if err != nil {
 		var fe *FieldError
 		errors.As(err, &fe)
 		writeError(w, http.StatusBadRequest, fe.Field, fe.Error())
 		return
 	}
-	if err := h.as(r, req.By).UpdateKeySettings(r.Context(), app, task, key, taskling.KeySettingsUpdate{Limit: req.Limit}); err != nil {
+	if err := h.as(r, req.By).UpdateKeySettings(r.Context(), app, task, key, update); err != nil {
 		h.fail(w, r, err)
 		return
 	}

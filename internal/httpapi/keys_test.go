@@ -28,7 +28,8 @@ func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 	var task httpapi.TaskDetail
 	require.NoError(t, json.Unmarshal([]byte(body), &task))
 	require.Equal(t, 1, task.KeysTotal)
-	require.Equal(t, httpapi.Key{Key: "acme", Holders: 1, CostInUse: 1, Limit: ptr(3), LimitSource: "override"}, task.Keys[0])
+	require.Equal(t, httpapi.Key{Key: "acme", Holders: 1, CostInUse: 1, Limit: ptr(3), LimitSource: "override",
+		RateSource: "none", NextAllowed: "0s"}, task.Keys[0])
 	require.Equal(t, "declared", task.KeyLimitSource)
 	require.Equal(t, 1, *task.KeyLimit)
 

@@ -59,18 +59,34 @@ type Task struct {
 	KeyLimit       *int   `json:"key_limit"`
 	KeyLimitSource string `json:"key_limit_source"`
 	KeysWaiting    int    `json:"keys_waiting"`
+	// Rate is the task's rate in force ("30/1m", "500/1s,burst=50"; null: none), from RateSource
+	// ("override", "declared" or "none"); KeyRate every key's, from KeyRateSource.
+	Rate          *string `json:"rate"`
+	RateSource    string  `json:"rate_source"`
+	KeyRate       *string `json:"key_rate"`
+	KeyRateSource string  `json:"key_rate_source"`
+	// NextAllowed is how long, from the read, until a start of cost 1 fits the task's rate, on
+	// the database clock ("0s": now, or no rate); NextAllowedSeconds the same in seconds.
+	NextAllowed        string  `json:"next_allowed"`
+	NextAllowedSeconds float64 `json:"next_allowed_seconds"`
 }
 
 // Key is one key of a task: its live holders, the cost they hold, its live waiters, its limit
 // (null: none) and where it comes from ("override", "override_key_limit", "declared_key",
-// "declared" or "none").
+// "declared" or "none"), its rate (null: none) and where that comes from (the same names,
+// "override_key_limit" being the override of key_rate), and how long until a start of cost 1
+// fits that rate (as Task's next_allowed).
 type Key struct {
-	Key         string `json:"key"`
-	Holders     int    `json:"holders"`
-	CostInUse   int    `json:"cost_in_use"`
-	Waiting     int    `json:"waiting"`
-	Limit       *int   `json:"limit"`
-	LimitSource string `json:"limit_source"`
+	Key                string  `json:"key"`
+	Holders            int     `json:"holders"`
+	CostInUse          int     `json:"cost_in_use"`
+	Waiting            int     `json:"waiting"`
+	Limit              *int    `json:"limit"`
+	LimitSource        string  `json:"limit_source"`
+	Rate               *string `json:"rate"`
+	RateSource         string  `json:"rate_source"`
+	NextAllowed        string  `json:"next_allowed"`
+	NextAllowedSeconds float64 `json:"next_allowed_seconds"`
 }
 
 // NewKeys converts a task's keys.
@@ -78,9 +94,27 @@ func NewKeys(keys []tasklingtype.KeyInfo) []Key {
 	out := make([]Key, len(keys))
 	for i, k := range keys {
 		out[i] = Key{Key: k.Key, Holders: k.Holders, CostInUse: k.CostInUse, Waiting: k.Waiting, Limit: nonZero(k.Limit),
-			LimitSource: string(k.LimitSource)}
+			LimitSource: string(k.LimitSource), Rate: nonEmpty(k.Rate.String()), RateSource: string(k.RateSource)}
+		out[i].NextAllowed, out[i].NextAllowedSeconds = nextAllowedView(k.NextAllowed)
 	}
 	return out
+}
+
+// nextAllowedView writes a time until the next allowed start, to the millisecond.
+func nextAllowedView(d time.Duration) (string, float64) {
+	return d.Round(time.Millisecond).String(), d.Round(time.Millisecond).Seconds()
+}
+
+// overrideRate writes a rate override: null not overridden, "none" overridden to none.
+func overrideRate(r *tasklingtype.Rate) *string {
+	if r == nil {
+		return nil
+	}
+	s := r.String()
+	if r.IsZero() {
+		s = "none"
+	}
+	return &s
 }
 
 // Disagreement is a different limit another host declared until at.
@@ -92,14 +126,17 @@ type Disagreement struct {
 
 // Overrides are the operator's overrides stored in the task row; null fields are not overridden.
 type Overrides struct {
-	ConcurrencyLimit        *int       `json:"concurrency_limit"`
-	Enabled                 *bool      `json:"enabled"`
-	DeathMode               *string    `json:"death_mode"`
-	KeepAliveInterval       *string    `json:"keep_alive_interval"`
-	KeepAliveDeathThreshold *string    `json:"keep_alive_death_threshold"`
-	OverrideThreshold       *string    `json:"override_threshold"`
-	KeyLimit                *int       `json:"key_limit"`
-	UpdatedAt               *time.Time `json:"updated_at"`
+	ConcurrencyLimit        *int    `json:"concurrency_limit"`
+	Enabled                 *bool   `json:"enabled"`
+	DeathMode               *string `json:"death_mode"`
+	KeepAliveInterval       *string `json:"keep_alive_interval"`
+	KeepAliveDeathThreshold *string `json:"keep_alive_death_threshold"`
+	OverrideThreshold       *string `json:"override_threshold"`
+	KeyLimit                *int    `json:"key_limit"`
+	// Rate and KeyRate: "30/1m", or "none" (overridden to no rate).
+	Rate      *string    `json:"rate"`
+	KeyRate   *string    `json:"key_rate"`
+	UpdatedAt *time.Time `json:"updated_at"`
 }
 
 // LastExecution is a task's newest execution.
@@ -227,8 +264,12 @@ func NewTask(s tasklingtype.TaskInfo) Task {
 		Retired:      retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
 		EnabledNow: s.Enabled, EnabledSource: string(s.EnabledSource),
 		KeyLimit: nonZero(s.KeyLimit), KeyLimitSource: string(s.KeyLimitSource), KeysWaiting: s.KeysWaiting,
+		Rate: nonEmpty(s.Rate.String()), RateSource: string(s.RateSource), KeyRate: nonEmpty(s.KeyRate.String()),
+		KeyRateSource: string(s.KeyRateSource),
 		Overrides: Overrides{
 			KeyLimit:                o.KeyLimit,
+			Rate:                    overrideRate(o.Rate),
+			KeyRate:                 overrideRate(o.KeyRate),
 			ConcurrencyLimit:        o.ConcurrencyLimit,
 			Enabled:                 o.Enabled,
 			KeepAliveInterval:       durationText(o.KeepAliveInterval),
@@ -237,6 +278,7 @@ func NewTask(s tasklingtype.TaskInfo) Task {
 			UpdatedAt:               nonZeroTime(s.OverridesUpdatedAt),
 		},
 	}
+	t.NextAllowed, t.NextAllowedSeconds = nextAllowedView(s.NextAllowed)
 	if m := o.DeathMode; m != nil {
 		name := m.String()
 		t.Overrides.DeathMode = &name

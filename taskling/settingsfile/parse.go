@@ -33,13 +33,17 @@ type layer struct {
 	KeepFailed              *string `toml:"keep_failed"`
 	KeepBlocked             *string `toml:"keep_blocked"`
 	KeyLimit                *int    `toml:"key_limit"`
+	// Rate and KeyRate are rates as taskling.ParseRate reads them ("100/1m", "none").
+	Rate    *string `toml:"rate"`
+	KeyRate *string `toml:"key_rate"`
 	// Keys are named keys' own settings ([….keys.KEY]), at any layer.
 	Keys map[string]keyLayer `toml:"keys"`
 }
 
 // keyLayer is a named key's settings as written.
 type keyLayer struct {
-	Limit *int `toml:"limit"`
+	Limit *int    `toml:"limit"`
+	Rate  *string `toml:"rate"`
 }
 
 type appTable struct {
@@ -57,6 +61,8 @@ type setting struct {
 	taskling.TaskSettings
 	disabledSet bool
 	keyLimitSet bool // key_limit = 0 (no key limit) set here, over a limit below
+	rateSet     bool // rate = "none" set here, over a rate below
+	keyRateSet  bool // key_rate = "none" set here
 }
 
 // over returns s with the fields that top sets replacing it.
@@ -73,6 +79,12 @@ func (s setting) over(top setting) setting {
 	}
 	if t.KeyLimit != 0 || top.keyLimitSet {
 		s.KeyLimit, s.keyLimitSet = t.KeyLimit, true
+	}
+	if !t.Rate.IsZero() || top.rateSet {
+		s.Rate, s.rateSet = t.Rate, true
+	}
+	if !t.KeyRate.IsZero() || top.keyRateSet {
+		s.KeyRate, s.keyRateSet = t.KeyRate, true
 	}
 	if len(t.Keys) > 0 {
 		keys := maps.Clone(s.Keys)
@@ -165,7 +177,7 @@ func load(path string) (*file, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		k := undecoded[0]
-		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin, keep_completed, keep_failed, keep_blocked, key_limit, or [….keys.KEY] with limit")
+		return nil, bad([]string(k), "unknown key; want [defaults], [applications.APP] or [applications.APP.tasks.TASK] with concurrency_limit, disabled, death_mode, keep_alive_interval, keep_alive_death_threshold, override_threshold, lease_safety_margin, keep_completed, keep_failed, keep_blocked, key_limit, rate, key_rate, or [….keys.KEY] with limit and rate")
 	}
 	f := &file{apps: map[string]setting{}, tasks: map[[2]string]setting{}}
 	check := func(table []string, l layer) (setting, error) {
@@ -238,18 +250,35 @@ func decodeLayer(table []string, l layer, bad func([]string, string, ...any) err
 		if err := taskling.ValidateKey("key", name); err != nil {
 			return s, bad(at[:len(at)-1], "%v", err)
 		}
-		if k.Limit == nil || *k.Limit < 1 || *k.Limit > taskling.MaxConcurrencyLimit {
+		var ks taskling.KeySettings
+		var err error
+		if ks.Rate, err = rateOf(append(key("keys"), name, "rate"), k.Rate, bad); err != nil {
+			return s, err
+		}
+		switch {
+		case k.Limit != nil && *k.Limit >= 1 && *k.Limit <= taskling.MaxConcurrencyLimit:
+			ks.Limit = *k.Limit
+		case k.Limit == nil && !ks.Rate.IsZero(): // named for its rate only: its limit is KeyLimit's
+		default:
 			got := "missing"
 			if k.Limit != nil {
 				got = fmt.Sprint(*k.Limit)
 			}
-			return s, bad(at, "is %s; want 1 to %d", got, taskling.MaxConcurrencyLimit)
+			return s, bad(at, "is %s; want 1 to %d (or a rate beside it)", got, taskling.MaxConcurrencyLimit)
 		}
 		if s.Keys == nil {
 			s.Keys = map[string]taskling.KeySettings{}
 		}
-		s.Keys[name] = taskling.KeySettings{Limit: *k.Limit}
+		s.Keys[name] = ks
 	}
+	var err error
+	if s.Rate, err = rateOf(key("rate"), l.Rate, bad); err != nil {
+		return s, err
+	}
+	if s.KeyRate, err = rateOf(key("key_rate"), l.KeyRate, bad); err != nil {
+		return s, err
+	}
+	s.rateSet, s.keyRateSet = l.Rate != nil, l.KeyRate != nil
 	if v := l.DeathMode; v != nil {
 		switch *v {
 		case "keepalive":
@@ -294,6 +323,21 @@ func decodeLayer(table []string, l layer, bad func([]string, string, ...any) err
 		return s, bad(table, "%v", err)
 	}
 	return s, nil
+}
+
+// rateOf reads a rate value (nil: not set), naming its key when it is bad.
+func rateOf(at []string, v *string, bad func([]string, string, ...any) error) (taskling.Rate, error) {
+	if v == nil {
+		return taskling.Rate{}, nil
+	}
+	if strings.TrimSpace(*v) == "" {
+		return taskling.Rate{}, bad(at, `is empty; want a rate such as "100/1m" or "500/1s,burst=50", or "none"`)
+	}
+	r, err := taskling.ParseRate(*v)
+	if err != nil {
+		return r, bad(at, "is %q: %v", *v, strings.TrimPrefix(err.Error(), taskling.ErrInvalidSettings.Error()+": "))
+	}
+	return r, nil
 }
 
 // lineIndex maps a key path (NUL-joined) to the line that sets it, and a table to its header's.

@@ -312,3 +312,40 @@ func TestAnEditOfASymlinksTargetIsSeen(t *testing.T) {
 	require.Eventually(t, func() bool { return settings(t, src, "billing", "import").ConcurrencyLimit == 5 },
 		2*time.Second, 5*time.Millisecond)
 }
+
+// TestRatesInheritOverrideToNoneAndNameTheirKey: rate and key_rate like any setting ("none" over a
+// rate below), a named key's rate with or without its limit; a bad rate names its TOML key.
+func TestRatesInheritOverrideToNoneAndNameTheirKey(t *testing.T) {
+	src, _ := open(t, `[defaults]
+rate = "100/1m"
+key_rate = "10/1m,burst=2"
+[defaults.keys.acme]
+limit = 3
+rate = "20/1m"
+[applications.billing.tasks.export]
+rate = "none"
+[applications.billing.tasks.export.keys.globex]
+rate = "5/1m"
+`)
+	export := settings(t, src, "billing", "export")
+	require.True(t, export.Rate.IsZero(), `"none" over the default's rate`)
+	require.Equal(t, taskling.Rate{Count: 10, Per: time.Minute, Burst: 2}, export.KeyRate, "from [defaults]")
+	require.Equal(t, map[string]taskling.KeySettings{"acme": {Limit: 3, Rate: taskling.Rate{Count: 20, Per: time.Minute}},
+		"globex": {Rate: taskling.Rate{Count: 5, Per: time.Minute}}}, export.Keys)
+	other := settings(t, src, "other", "task")
+	require.Equal(t, taskling.Rate{Count: 100, Per: time.Minute}, other.Rate)
+	for _, tc := range []struct{ text, want string }{
+		{"[defaults]\nrate = \"fast\"\n", `:2: defaults.rate: is "fast": rate "fast"`},
+		{"[applications.a]\nkey_rate = \"0/1m\"\n", `:2: applications.a.key_rate: is "0/1m"`},
+		{"[applications.a.tasks.t]\nrate = \"\"\n", `:2: applications.a.tasks.t.rate: is empty`},
+		{"[applications.a.keys.acme]\nrate = \"1/1ns\"\n", `:2: applications.a.keys.acme.rate: is "1/1ns"`},
+		{"[applications.a.keys.acme]\nrate = \"none\"\n", `:1: applications.a.keys.acme.limit: is missing`},
+		{"[defaults]\nrate = 5\n", `:2: defaults.rate: incompatible types`},
+	} {
+		path := filepath.Join(t.TempDir(), "taskling.toml")
+		write(t, path, tc.text)
+		_, err := settingsfile.Open(context.Background(), path, nil)
+		require.ErrorIs(t, err, settingsfile.ErrMalformed)
+		require.Contains(t, err.Error(), tc.want)
+	}
+}

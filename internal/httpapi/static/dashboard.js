@@ -109,7 +109,7 @@
     });
   }
 
-  // The key form sets or clears the operator's override of one key's limit.
+  // The key form sets or clears the operator's override of one key's limit and rate.
   var keyForm = document.getElementById("key-form");
   if (keyForm) {
     var keyURL = function () {
@@ -121,8 +121,12 @@
     };
     keyForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      var n = parseInt(document.getElementById("key-limit-input").value, 10);
-      api(keyURL(), "PUT", { limit: n }).then(keySaved)
+      var body = {};
+      var limit = document.getElementById("key-limit-input").value;
+      var rate = document.getElementById("key-rate-input").value;
+      if (limit !== "") { body.limit = parseInt(limit, 10); }
+      if (rate !== "") { body.rate = rate; }
+      api(keyURL(), "PUT", body).then(keySaved)
         .catch(function (e) { show("key-form-status", e.message, false); });
     });
     keyForm.addEventListener("click", function (ev) {
@@ -144,6 +148,7 @@
       if (action === "disable") { send(form, "PATCH", { enabled: false }); }
       if (action === "enable") { send(form, "PATCH", { enabled: true }); }
       if (action === "clear") { send(form, "DELETE", null); }
+      if (action === "set-rate") { send(form, "PATCH", { rate: document.getElementById("rate-input").value }); }
     });
   }
 

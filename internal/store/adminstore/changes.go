@@ -152,6 +152,7 @@ func (s storedOverrides) record(c *changeList, next storedOverrides) {
 			c.add(KeyField(key), textOf(ptr(o.KeyLimits[key]), strconv.Itoa), nil)
 		}
 	}
+	recordRates(c, o, n)
 	k, nk := s.keep, next.keep
 	c.add(FieldKeepCompleted, textOf(k.Completed, KeepText), textOf(nk.Completed, KeepText))
 	c.add(FieldKeepFailed, textOf(k.Failed, KeepText), textOf(nk.Failed, KeepText))
@@ -181,6 +182,12 @@ func (s storedOverrides) apply(c OverridesChange) storedOverrides {
 	}
 	if v := c.Set.KeyLimit; v != nil {
 		next.o.KeyLimit = v
+	}
+	if v := c.Set.Rate; v != nil {
+		next.o.Rate = v
+	}
+	if v := c.Set.KeyRate; v != nil {
+		next.o.KeyRate = v
 	}
 	pick(&next.o.KeepAliveInterval, c.Set.KeepAliveInterval)
 	pick(&next.o.KeepAliveDeathThreshold, c.Set.KeepAliveDeathThreshold)
@@ -247,8 +254,16 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 	}
 	keepToo := c.Clear || !c.Keep.IsZero()
 	writeTask := c.Clear || !c.Set.IsZero() || c.Keep.IsZero() // an empty change still wakes waiters
+	rates, err := s.hasRates(ctx)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("change the overrides of task %d: %w", taskID, err)
+	case !rates && !c.Clear && c.Set.Rated():
+		return 0, errNoRates
+	}
+	rates = rates && (c.Clear || c.Set.Rated())
 	var changes changeList
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var old storedOverrides
 		b := &pgx.Batch{}
 		if keepToo {
@@ -268,6 +283,9 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 			o.KeyLimits, err = execution.ParseKeyLimits(keys)
 			return err
 		})
+		if rates {
+			queueRateOverridesRead(b, taskID, &old.o)
+		}
 		check := !c.Clear && c.Set.Liveness()
 		var declared execution.Settings
 		var declaredAs string
@@ -306,6 +324,9 @@ func (s *Store) ChangeOverrides(ctx context.Context, taskID int64, c OverridesCh
 		default:
 			b.Queue(p5WriteOverridesSQL, taskID, o.ConcurrencyLimit, o.Enabled, o.DeathMode, o.KeepAliveInterval,
 				o.KeepAliveDeathThreshold, o.OverrideThreshold)
+		}
+		if rates && ratesChanged(old.o, next.o) {
+			queueRateOverridesWrite(b, taskID, next.o) // overrides_updated_at is bumped by the task's write
 		}
 		if keepToo {
 			b.Queue(`UPDATE taskling.retention SET override_completed = $2, override_failed = $3, override_blocked = $4 WHERE task_id = $1`,
@@ -504,52 +525,102 @@ func ptr[T any](v T) *T { return &v }
 // recording the change, and wakes the task's waiters (a raised limit admits them at once). It
 // reports whether anything changed.
 func (s *Store) ChangeKeyOverride(ctx context.Context, taskID int64, key string, limit *int, op execution.Operator) (bool, error) {
+	return s.ChangeKeyOverrides(ctx, taskID, KeyOverrideChange{Key: key, Limit: limit, ClearLimit: limit == nil, Op: op})
+}
+
+// KeyOverrideChange is an operator's change of a named key's overrides.
+type KeyOverrideChange struct {
+	Key   string
+	Limit *int            // the key's limit; nil: left as it is
+	Rate  *execution.Rate // the key's rate (zero: none); nil: left as it is
+	// ClearLimit and ClearRate remove the key's override of its limit, of its rate.
+	ClearLimit, ClearRate bool
+	Op                    execution.Operator
+}
+
+// ChangeKeyOverrides changes the operator's overrides of a named key's limit and rate, recording
+// each change (key_limit[KEY], key_rate[KEY]), and wakes the task's waiters; the task row's
+// overrides_updated_at moves with any change. It reports whether anything changed.
+func (s *Store) ChangeKeyOverrides(ctx context.Context, taskID int64, c KeyOverrideChange) (bool, error) {
+	rates, err := s.hasRates(ctx)
+	if err != nil {
+		return false, fmt.Errorf("change the overrides of key %q of task %d: %w", c.Key, taskID, err)
+	}
+	if !rates && c.Rate != nil {
+		return false, errNoRates
+	}
+	rates = rates && (c.Rate != nil || c.ClearRate)
 	var changes changeList
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var old storedOverrides
 		o := &old.o
 		var keys string
 		var hasKeys bool
-		if err := tx.QueryRow(ctx, lockOverridesSQL, taskID).Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval,
-			&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys, &hasKeys); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(lockOverridesSQL, taskID).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&o.ConcurrencyLimit, &o.Enabled, &o.DeathMode, &o.KeepAliveInterval,
+				&o.KeepAliveDeathThreshold, &o.OverrideThreshold, &old.retired, &o.KeyLimit, &keys, &hasKeys)
+		})
+		if rates {
+			queueRateOverridesRead(b, taskID, o)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if !hasKeys {
 			return fmt.Errorf("%w: key limits need migration 0022: run migrations.Up", execution.ErrInvalidSettings)
 		}
-		overrides, err := execution.ParseKeyLimits(keys)
-		if err != nil {
+		var err error
+		if o.KeyLimits, err = execution.ParseKeyLimits(keys); err != nil {
 			return err
 		}
-		var before *int
-		if l, ok := overrides[key]; ok {
-			before = &l
-		}
-		next := maps.Clone(overrides)
-		if next == nil {
-			next = map[string]int{}
-		}
-		if limit == nil {
-			delete(next, key)
-		} else {
-			next[key] = *limit
-		}
-		if len(next) > execution.MaxNamedKeys {
+		limits := changeKey(o.KeyLimits, c.Key, c.Limit, c.ClearLimit)
+		keyRates := changeKey(o.KeyRates, c.Key, c.Rate, c.ClearRate)
+		if len(limits) > execution.MaxNamedKeys || len(keyRates) > execution.MaxNamedKeys {
 			return fmt.Errorf("%w: a task's operator may override at most %d named keys", execution.ErrInvalidSettings, execution.MaxNamedKeys)
 		}
-		changes.add(KeyField(key), textOf(before, strconv.Itoa), textOf(limit, strconv.Itoa))
+		changes.add(KeyField(c.Key), textOf(lookup(o.KeyLimits, c.Key), strconv.Itoa), textOf(lookup(limits, c.Key), strconv.Itoa))
+		changes.add(KeyRateField(c.Key), textOf(lookup(o.KeyRates, c.Key), RateText), textOf(lookup(keyRates, c.Key), RateText))
 		if len(changes.fields) == 0 {
 			return nil
 		}
-		b := &pgx.Batch{}
-		b.Queue(writeKeyOverridesSQL, taskID, execution.FormatKeyLimits(next))
-		changes.queue(b, taskID, op)
+		b = &pgx.Batch{}
+		b.Queue(writeKeyOverridesSQL, taskID, execution.FormatKeyLimits(limits)) // bumps overrides_updated_at
+		if rates && !maps.Equal(o.KeyRates, keyRates) {
+			next := *o
+			next.KeyRates = keyRates
+			queueRateOverridesWrite(b, taskID, next)
+		}
+		changes.queue(b, taskID, c.Op)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return false, fmt.Errorf("change the override of key %q of task %d: %w", key, taskID, err)
+		return false, fmt.Errorf("change the overrides of key %q of task %d: %w", c.Key, taskID, err)
 	}
 	return len(changes.fields) > 0, nil
+}
+
+// changeKey returns m with key set to v (nil: left as it is), or removed when clear.
+func changeKey[T any](m map[string]T, key string, v *T, clear bool) map[string]T {
+	next := maps.Clone(m)
+	if next == nil {
+		next = map[string]T{}
+	}
+	switch {
+	case clear:
+		delete(next, key)
+	case v != nil:
+		next[key] = *v
+	}
+	return next
+}
+
+// lookup is m[key], nil when absent.
+func lookup[T any](m map[string]T, key string) *T {
+	if v, ok := m[key]; ok {
+		return &v
+	}
+	return nil
 }
 
 // writeKeyOverridesSQL writes a task's overrides of named keys and wakes its waiters.

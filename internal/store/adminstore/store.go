@@ -6,6 +6,7 @@ import "github.com/taskling-go/taskling/execution"
 type Store struct {
 	db    execution.DB
 	proto *execution.Store
+	rates rateSupport
 }
 
 // New returns a Store on the protocol store's pool.

@@ -298,6 +298,17 @@ func (s *Store) readTaskPage(ctx context.Context, sql string, args []any) (TaskL
 			out.Keys = append(out.Keys, k)
 			return struct{}{}, nil
 		})
+		if err != nil {
+			return err
+		}
+		ids := make([]int64, len(out.Keys))
+		for i, k := range out.Keys {
+			ids[i] = k.ID
+		}
+		rates, err := s.readRateStates(ctx, tx, ids, nil)
+		for i := range out.Tasks {
+			applyTaskRates(&out.Tasks[i], rates[ids[i]])
+		}
 		return err
 	})
 	return out, err

@@ -53,6 +53,12 @@ func (s *Store) TaskSummary(ctx context.Context, app, task string) (tasklingtype
 	if err == nil {
 		err = rows.Err()
 	}
+	rows.Close()
+	if err == nil && id != 0 {
+		var rates map[int64]rateState
+		rates, err = s.readRateStates(ctx, s.db, []int64{id}, nil)
+		applyTaskRates(&t, rates[id])
+	}
 	if err != nil {
 		return tasklingtype.TaskInfo{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
@@ -351,20 +357,18 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
-	for _, named := range []map[string]int{o.KeyLimits, decl.KeyLimits} {
-		for k := range named {
-			if byKey[k] == nil {
-				byKey[k] = &tasklingtype.KeyInfo{Key: k}
-			}
-		}
+	rates, err := s.keyRates(ctx, taskID, byKey, o.KeyLimits, decl.KeyLimits)
+	if err != nil {
+		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
-	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil {
+	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil && !rates.keyed() {
 		return nil, 0, nil // a task without keys: its holders and waiters are the task's own
 	}
 	out := make([]tasklingtype.KeyInfo, 0, len(byKey))
 	for _, k := range byKey {
 		limit, source := execution.KeyLimitOf(k.Key, decl, o)
 		k.Limit, k.LimitSource = limit, keySource(limit, source)
+		applyKeyRate(k, rates)
 		out = append(out, *k)
 	}
 	slices.SortFunc(out, func(a, b tasklingtype.KeyInfo) int {

@@ -283,13 +283,15 @@ const unlimitedRoom = 1 << 30
 // queue order (none when there is none to claim), of keys that have room now (their limits as
 // declared, under the operator's overrides): a key with no room is passed over, and a batch never
 // claims more of a key than its room (those past it are given back). It returns the
-// submissions claimed.
-func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings) ([]ClaimedSubmission, error) {
+// submissions claimed. The keys of pass are passed over too (their rate has no room: Work defers
+// them).
+func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings,
+	pass []string) ([]ClaimedSubmission, error) {
 	bounds, err := s.readClaimBounds(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	if bounds.plain(declared) {
+	if bounds.plain(declared) && len(pass) == 0 {
 		var out []ClaimedSubmission
 		if err := pgxscan.Select(ctx, s.db, &out, claimUnkeyedSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
@@ -303,7 +305,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
-	full, keys, costs := []string{}, []string{}, []int32{}
+	full, keys, costs := append([]string{}, pass...), []string{}, []int32{}
 	for _, k := range slices.Sorted(maps.Keys(used)) {
 		if r, _ := room(k); r <= 0 {
 			full = append(full, k)
