@@ -89,7 +89,7 @@ func (k *keyed) maxCostOf(key string) int {
 		c = min(c, k.limit)
 	}
 	for _, r := range []taskling.Rate{k.rate, k.keyRates[key]} {
-		if r != (taskling.Rate{}) {
+		if !r.IsZero() {
 			c = min(c, max(r.Burst, 1))
 		}
 	}
