@@ -27,6 +27,11 @@ type keyWorld struct {
 	nextID  int64
 	limit   int // declared task limit; overridden by st.overrides
 	keyDecl Settings
+	// rated: the task is under keyDecl's rates, whose state is rates (rates_property_test.go);
+	// grants are every grant made, at the decision's time.
+	rated  bool
+	rates  rateRow
+	grants []worldGrant
 }
 
 type worldHolder struct {
@@ -55,6 +60,7 @@ func newKeyWorld() *keyWorld {
 func (w *keyWorld) declared() Settings {
 	s := settings(w.limit)
 	s.KeyLimit, s.KeyLimits = w.keyDecl.KeyLimit, w.keyDecl.KeyLimits
+	s.Rate, s.KeyRate = w.keyDecl.Rate, w.keyDecl.KeyRate
 	return s
 }
 
@@ -83,6 +89,11 @@ func (w *keyWorld) acquisition(key string, cost int, session int64) *acquisition
 func (w *keyWorld) decide(t *rapid.T, reqs []request) txPlan {
 	st := w.st
 	st.keyReads = w.reads()
+	if w.rated {
+		r := w.rates
+		r.keyTATs = maps.Clone(w.rates.keyTATs)
+		st.rates = &r
+	}
 	for _, r := range reqs {
 		if r.acquire != nil {
 			st.reserved = append(st.reserved, w.nextID)
@@ -92,6 +103,9 @@ func (w *keyWorld) decide(t *rapid.T, reqs []request) txPlan {
 	plan, err := decide(st, reqs, uuid.New)
 	if err != nil {
 		t.Fatalf("decide: %v", err)
+	}
+	if w.rated {
+		w.applyRates(t, reqs, plan)
 	}
 	w.apply(t, reqs, plan)
 	w.check(t, reqs, plan)
@@ -275,6 +289,10 @@ func (w *keyWorld) checkWorkConserving(t *rapid.T, list tokens.List) {
 	}
 	f := &fair{free: free, used: used, round: map[string]keyRound{}, vtime: w.st.keys.vtime, nowUS: w.st.nowUS,
 		limit: func(k string) int { l, _ := KeyLimitOf(k, decl, o); return l }}
+	if w.rated {
+		f.rates = &fairRates{task: w.keyDecl.Rate, tat: w.rates.tat, keyTATs: maps.Clone(w.rates.keyTATs), nowUS: w.st.nowUS,
+			keyRate: func(string) Rate { return w.keyDecl.KeyRate }}
+	}
 	for k, r := range w.rounds {
 		f.round[k] = r.keyRound
 	}

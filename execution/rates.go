@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/taskling-go/taskling/tasklingtype"
 )
 
 // Rates (grant protocol 7; docs/rates.md, 0023_rates.sql): a task, and each of its keys, may be
@@ -67,29 +69,7 @@ func (r Rate) Validate(field, in string) error {
 }
 
 // String writes r as ParseRate reads it: "100/1m", "500/1s,burst=50"; "" for none.
-func (r Rate) String() string {
-	if r.IsZero() {
-		return ""
-	}
-	s := strconv.Itoa(r.Count) + "/" + shortDuration(r.Per)
-	if r.Burst > 1 {
-		s += ",burst=" + strconv.Itoa(r.Burst)
-	}
-	return s
-}
-
-// shortDuration writes d without the zero units time.Duration.String adds ("1m", not "1m0s").
-func shortDuration(d time.Duration) string {
-	for _, u := range []struct {
-		unit time.Duration
-		name string
-	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}} {
-		if d%u.unit == 0 {
-			return strconv.FormatInt(int64(d/u.unit), 10) + u.name
-		}
-	}
-	return d.String()
-}
+func (r Rate) String() string { return tasklingtype.Rate(r).String() }
 
 // errBadRate is wrapped by ParseRate's errors.
 var errBadRate = errors.New(`want COUNT/PER[,burst=B], such as "100/1m" or "500/1s,burst=50"`)

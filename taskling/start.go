@@ -230,7 +230,7 @@ func rateReason(err error) DenyReason {
 
 // rateError is the error of a start a rate refused.
 func rateError(req startReq, res execution.AcquireResult) error {
-	e := &RateLimitedError{Task: req.TaskName, Key: req.Key, Limit: RateOfTask, Rate: res.Rate, RetryAfter: res.RetryAfter, Recorded: res.ExecutionID}
+	e := &RateLimitedError{Task: req.TaskName, Key: req.Key, Limit: RateOfTask, Rate: Rate(res.Rate), RetryAfter: res.RetryAfter, Recorded: res.ExecutionID}
 	if res.Denied == execution.DeniedKeyRate {
 		e.Limit = RateOfKey
 	}

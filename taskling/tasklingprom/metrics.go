@@ -16,6 +16,8 @@
 //	taskling_waiting{task}                   live waiters queued for a slot (gauge, from the DB)
 //	taskling_oldest_wait_seconds{task}       how long the oldest of them has waited (gauge)
 //	taskling_keys_waiting{task}              keys with live waiters (gauge, from the DB)
+//	taskling_rate_next_allowed_seconds{task} until a start of cost 1 fits the task's rate, on the
+//	                                         database clock; only tasks under a rate (gauge, from the DB)
 //	taskling_key_cost_in_use{task,key}       cost held by a key's live holders, for the keys
 //	                                         named in Options.Keys only (gauge, from the DB)
 //	taskling_key_waiting{task,key}           live waiters of those keys (gauge, from the DB)
@@ -27,7 +29,8 @@
 //	                                         again (BlockInfo.AtRetryLimit; gauge)
 //	taskling_grants_total{task}              starts granted a slot
 //	taskling_denials_total{task,reason}      starts denied: reason limit (the task's), key_limit (its
-//	                                         key's), disabled, duplicate or retired
+//	                                         key's), rate (the task's), key_rate (its key's), disabled,
+//	                                         duplicate or retired (Work counts a deferral as a rate denial)
 //	                                         (a WaitForSlot start counts once, when it gives up)
 //	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
 //	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
@@ -84,6 +87,7 @@ type Metrics struct {
 	blocks            *prometheus.Desc
 	blocksAtLimit     *prometheus.Desc
 	keysWaiting       *prometheus.Desc
+	nextAllowed       *prometheus.Desc
 	keyCost           *prometheus.Desc
 	keyWaiting        *prometheus.Desc
 	scrapeErrors      prometheus.Counter
@@ -147,6 +151,8 @@ func NewWithOptions(client *taskling.Client, opts Options) *Metrics {
 		blocksAtLimit: prometheus.NewDesc("taskling_blocks_at_retry_limit", "Blocks not completed, not running, past their retry limit.",
 			[]string{"task"}, nil),
 		keysWaiting: prometheus.NewDesc("taskling_keys_waiting", "Keys with live waiters, read from the database (fleet-wide).", []string{"task"}, nil),
+		nextAllowed: prometheus.NewDesc("taskling_rate_next_allowed_seconds",
+			"Seconds until a start of cost 1 fits the task's rate, on the database clock (0: now); tasks under a rate only.", []string{"task"}, nil),
 		keyCost: prometheus.NewDesc("taskling_key_cost_in_use", "Cost held by a named key's live holders (Options.Keys), read from the database.",
 			[]string{"task", "key"}, nil),
 		keyWaiting: prometheus.NewDesc("taskling_key_waiting", "Live waiters of a named key (Options.Keys), read from the database.",
@@ -213,6 +219,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.blocksAtLimit
 	ch <- m.submissions
 	ch <- m.keysWaiting
+	ch <- m.nextAllowed
 	ch <- m.keyCost
 	ch <- m.keyWaiting
 }
@@ -243,6 +250,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(m.disagreement, prometheus.GaugeValue, disagree, name)
 			ch <- prometheus.MustNewConstMetric(m.keysWaiting, prometheus.GaugeValue, float64(t.KeysWaiting), name)
+			if !t.Rate.IsZero() {
+				ch <- prometheus.MustNewConstMetric(m.nextAllowed, prometheus.GaugeValue, t.NextAllowed.Seconds(), name)
+			}
 		}
 	}
 	failed = !m.collectKeys(ctx, ch) || failed

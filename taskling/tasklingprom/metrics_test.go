@@ -287,3 +287,32 @@ func TestKeyMetricsAreBoundedInCardinality(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, m, "taskling_key_cost_in_use", map[string]string{"task": "app/task", "key": "acme"}))
 	require.Equal(t, -1.0, metricValue(t, m, "taskling_key_cost_in_use", map[string]string{"key": "globex"}), "a key not named is no label")
 }
+
+// TestRateMetrics: denials by a rate are counted under reasons rate and key_rate, and the gauge
+// of the task's next allowed start says how long until its rate has room.
+func TestRateMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "h", Defaults: taskling.TaskSettings{ConcurrencyLimit: 5,
+		Rate: taskling.Rate{Count: 2, Per: time.Hour, Burst: 2}, KeyRate: taskling.Rate{Count: 1, Per: time.Hour},
+		KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}})
+	require.NoError(t, err)
+	defer client.Close()
+	m := tasklingprom.New(client)
+	e, err := client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "acme"})
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx))
+	require.Equal(t, 0.0, metricValue(t, m, "taskling_rate_next_allowed_seconds", map[string]string{"task": "app/task"}), "one unit of 2 left")
+	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "acme"})
+	require.ErrorIs(t, err, taskling.ErrRateLimited)
+	e, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "globex"})
+	require.NoError(t, err)
+	require.NoError(t, e.Complete(ctx))
+	_, err = client.StartExecution(ctx, "app", "task", &taskling.StartOptions{Key: "initech"})
+	require.ErrorIs(t, err, taskling.ErrRateLimited)
+
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_denials_total", map[string]string{"task": "app/task", "reason": "key_rate"}))
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_denials_total", map[string]string{"task": "app/task", "reason": "rate"}))
+	require.InDelta(t, (30 * time.Minute).Seconds(), metricValue(t, m, "taskling_rate_next_allowed_seconds", map[string]string{"task": "app/task"}), 5)
+}

@@ -1,0 +1,164 @@
+package execution
+
+import (
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+// worldGrant is a grant the world's decisions made: when (the decision's clock), its key and cost.
+type worldGrant struct {
+	atUS int64
+	key  string
+	cost int
+}
+
+// applyRates writes a rated decision's rate plan as round trip 2 would (the database clock at the
+// write being the decision's), records its grants, and checks what it told refused starts.
+func (w *keyWorld) applyRates(t *rapid.T, reqs []request, plan txPlan) {
+	now := w.st.nowUS
+	for i, o := range plan.results {
+		a := reqs[i].acquire
+		switch {
+		case a == nil:
+		case o.acquire.Denied == NotDenied && o.acquire.ExecutionID != 0:
+			w.grants = append(w.grants, worldGrant{atUS: now, key: a.Key, cost: a.cost()})
+		case (o.acquire.Denied == DeniedRate || o.acquire.Denied == DeniedKeyRate) && o.acquire.Unfit == nil:
+			w.checkRetryAfter(t, a, o.acquire)
+		}
+	}
+	for _, h := range plan.handoffs {
+		w.grants = append(w.grants, worldGrant{atUS: now, key: h.key, cost: max(h.cost, 1)})
+	}
+	if plan.keys == nil || plan.keys.rates == nil {
+		return
+	}
+	p := plan.keys.rates
+	w.rates.present = true
+	w.rates.declaredRate, w.rates.declaredKeyRate, w.rates.declaredKeyRates = p.declaredRate, p.declaredKeyRate, p.declaredKeyRates
+	if p.tatDelta > 0 {
+		w.rates.tat = max(p.tat, now) + p.tatDelta
+	}
+	for key, d := range p.keyDeltas {
+		w.rates.keyTATs[key] = max(p.keyTATs[key], now) + d
+	}
+	for _, key := range p.drops {
+		if w.rates.keyTATs[key] <= now {
+			delete(w.rates.keyTATs, key)
+		}
+	}
+}
+
+// checkRetryAfter: a plain start refused by a rate while nothing waits is told a wait after which
+// that rate has room for it (had nothing else been granted), and not a moment before. (With
+// tickets waiting, the plan's grants take the rate's room first, and the wait counts them.)
+func (w *keyWorld) checkRetryAfter(t *rapid.T, a *acquisition, res AcquireResult) {
+	rate, tat := w.keyDecl.Rate, w.rates.tat
+	if res.Denied == DeniedKeyRate {
+		rate, tat = w.keyDecl.KeyRate, w.rates.keyTATs[a.Key]
+	}
+	if res.Rate != rate {
+		t.Fatalf("refused by %v, told %v", rate, res.Rate)
+	}
+	if a.Queue != nil || len(w.tickets) > 0 {
+		return
+	}
+	at := w.st.nowUS + res.RetryAfter.Microseconds()
+	if rateRoom(rate, tat, at, 0) < int64(a.cost()) {
+		t.Fatalf("cost %d still does not fit %v after RetryAfter %s", a.cost(), rate, res.RetryAfter)
+	}
+	if res.RetryAfter > 0 && rateRoom(rate, tat, at-1, 0) >= int64(a.cost()) {
+		t.Fatalf("cost %d fits %v before RetryAfter %s", a.cost(), rate, res.RetryAfter)
+	}
+}
+
+// checkWindows: in every window of length Per of the grant times, the costs granted add up to at
+// most Count + Burst - 1, for the task's rate and each key's.
+func (w *keyWorld) checkWindows(t *rapid.T) {
+	grants := slices.Clone(w.grants)
+	slices.SortStableFunc(grants, func(a, b worldGrant) int { return int(a.atUS - b.atUS) })
+	check := func(rate Rate, key string, all bool) {
+		if rate.IsZero() {
+			return
+		}
+		bound := rate.Count + int(rate.burst()) - 1
+		for i, g := range grants {
+			sum := 0
+			for _, h := range grants[i:] {
+				if h.atUS-g.atUS < rate.Per.Microseconds() && (all || h.key == key) {
+					sum += h.cost
+				}
+			}
+			if (all || g.key == key) && sum > bound {
+				t.Fatalf("rate %v (key %q): %d units from %d µs on, bound %d", rate, key, sum, g.atUS, bound)
+			}
+		}
+	}
+	check(w.keyDecl.Rate, "", true)
+	for _, key := range worldKeys {
+		check(w.keyDecl.KeyRate, key, false)
+	}
+}
+
+// TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry runs random starts, waits, retries,
+// departures, completions and clock steps (backwards too) through the rated keyed decision, under a
+// random task rate and key rate: no window of the grant times exceeds a rate, a start refused by a
+// rate is told exactly when it would fit, and no ticket that fits the slots and the rates is left
+// waiting unoffered.
+func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := newKeyWorld()
+		w.rated = true
+		w.rates = rateRow{present: true, keyTATs: map[string]int64{}}
+		w.limit = 6
+		per := time.Duration(rapid.Int64Range(1, 20).Draw(t, "per s")) * time.Second
+		w.keyDecl = Settings{KeyLimit: rapid.IntRange(0, 3).Draw(t, "key limit"),
+			Rate:    Rate{Count: rapid.IntRange(1, 8).Draw(t, "count"), Per: per, Burst: rapid.IntRange(3, 5).Draw(t, "burst")},
+			KeyRate: Rate{Count: rapid.IntRange(1, 4).Draw(t, "key count"), Per: per / 2, Burst: 3}}
+		if rapid.Bool().Draw(t, "no task rate") {
+			w.keyDecl.Rate = Rate{}
+		}
+		acq := func(t *rapid.T) *acquisition {
+			return w.acquisition(rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"start": func(t *rapid.T) {
+				a := acq(t)
+				a.RecordDenial = true
+				w.decide(t, []request{{acquire: a}})
+			},
+			"wait": func(t *rapid.T) {
+				a := acq(t)
+				a.Queue = &Queue{OfferWindow: 3 * time.Second, Direct: rapid.Bool().Draw(t, "direct")}
+				w.decide(t, []request{{acquire: a}})
+			},
+			"retry": func(t *rapid.T) {
+				if len(w.waiters) == 0 {
+					t.Skip("no waiter")
+				}
+				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.waiters))).Draw(t, "ticket")
+				wt := w.waiters[id]
+				a := w.acquisition(wt.key, wt.cost, wt.session)
+				a.Queue = &Queue{Ticket: id, OfferWindow: 3 * time.Second}
+				w.decide(t, []request{{acquire: a}})
+			},
+			"complete": func(t *rapid.T) {
+				if len(w.holders) == 0 {
+					t.Skip("no holder")
+				}
+				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.holders))).Draw(t, "holder")
+				w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: w.holders[id].token}}})
+			},
+			"clock": func(t *rapid.T) {
+				w.st.nowUS += rapid.Int64Range(-2e6, 8e6).Draw(t, "step µs")
+				for s := int64(1); s <= 3; s++ {
+					w.st.heartbeats[s] = w.st.nowUS
+				}
+			},
+			"": func(t *rapid.T) { w.checkWindows(t) },
+		})
+	})
+}
