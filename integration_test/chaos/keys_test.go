@@ -54,8 +54,9 @@ func chosenKeyProfile() keyProfile {
 const keyTask = "keyed"
 
 // keyTaskRate is the task's rate in TestChaosKeys: above the run's usual demand (about 70 units a
-// second on a loaded 2-core machine), so that it binds in bursts only; the keys' rates bind
-// their keys (the three hot keys take a quarter, a tenth and a twentieth of the starts).
+// second in the last long run before rates, on a loaded 2-core machine), so that it binds in bursts
+// only; the keys' rates bind their keys (k00–k04 take about a quarter, an eighth, a thirteenth, an
+// eighteenth and a twenty-second of the starts).
 const keyTaskRate = "100/1s,burst=10"
 
 // rates parses the profile's rates for the workers' flags, the sweep's settings and the checker.
@@ -188,10 +189,10 @@ func (r *run) keyNemesis(prof keyProfile) {
 func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, rep checker.Report, faultTime, took time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var denials, keyDenials, rateDenials int
+	var denials, keyDenials, rateDenials, keyRateDenials int
 	_ = r.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE blocked_reason ILIKE '%key''s limit%'),
-    count(*) FILTER (WHERE blocked_reason ILIKE '%rate has no room%') FROM taskling.task_execution WHERE blocked`).
-		Scan(&denials, &keyDenials, &rateDenials)
+    count(*) FILTER (WHERE blocked_reason = 'its rate has no room'), count(*) FILTER (WHERE blocked_reason = 'its key''s rate has no room')
+FROM taskling.task_execution WHERE blocked`).Scan(&denials, &keyDenials, &rateDenials, &keyRateDenials)
 	perKey, costOf, costs := map[string]int{}, map[string]int{}, map[int]int{}
 	reclaimed, swept := 0, 0
 	for _, g := range h.Grants {
@@ -229,7 +230,7 @@ func printKeyFigures(t *testing.T, r *run, prof keyProfile, h checker.History, r
 	fmt.Fprintf(&b, "  %-34s 1: %d, 2: %d, 3: %d, 4: %d\n", "grants by cost", costs[1], costs[2], costs[3], costs[4])
 	fmt.Fprintf(&b, "  %-34s %d of %d (holders at once: %d)\n", "most cost at once", rep.MaxCost[keyTask], prof.limit, rep.MaxHolders[keyTask])
 	fmt.Fprintf(&b, "  %-34s %d\n", "most cost of one key at once", rep.MaxKeyCost[keyTask])
-	fmt.Fprintf(&b, "  %-34s %d (key's limit %d, a rate %d)\n", "denials recorded", denials, keyDenials, rateDenials)
+	fmt.Fprintf(&b, "  %-34s %d (key's limit %d, the task's rate %d, a key's rate %d)\n", "denials recorded", denials, keyDenials, rateDenials, keyRateDenials)
 	printRateFigures(&b, r, prof, h, rep)
 	fmt.Fprintf(&b, "  %-34s %d (holders %d, ghosts %d, cancelled before working %d)\n", "grants reclaimed", reclaimed,
 		rep.Holders[keyTask], rep.Unrecorded[keyTask], rep.Idle[keyTask])
@@ -257,14 +258,15 @@ func printRateFigures(b *strings.Builder, r *run, prof keyProfile, h checker.His
 	}
 	fmt.Fprintf(b, "  %-34s %s\n", "keys' busiest rate windows", strings.Join(keys, ", "))
 	r.mu.Lock()
-	lat, held := checker.ReclaimLatencies(h, keyTask, r.killSignal)
+	f := checker.ReclaimLatencies(h, keyTask, r.killSignal)
 	r.mu.Unlock()
-	if len(lat) == 0 {
-		fmt.Fprintf(b, "  %-34s none measured (%d held back by a rate)\n", "kill -9 → reclaim", held)
-		return
+	held := fmt.Sprintf("held back, not measured: %d by the task's rate, %d by the slot's key's", f.HeldByTaskRate, f.HeldByKeyRate)
+	if lat := f.Latencies; len(lat) > 0 {
+		fmt.Fprintf(b, "  %-34s p50 %s, max %s (n=%d; %s)\n", "kill -9 → reclaim", lat[len(lat)/2].Round(time.Millisecond),
+			lat[len(lat)-1].Round(time.Millisecond), len(lat), held)
+	} else {
+		fmt.Fprintf(b, "  %-34s none measured (%s)\n", "kill -9 → reclaim", held)
 	}
-	fmt.Fprintf(b, "  %-34s p50 %s, max %s (n=%d; %d held back by a rate, not measured)\n", "kill -9 → reclaim", lat[len(lat)/2].Round(time.Millisecond),
-		lat[len(lat)-1].Round(time.Millisecond), len(lat), held)
 }
 
 // longestGap is the longest time key went without a grant among the workers' grants (from the

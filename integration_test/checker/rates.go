@@ -144,36 +144,30 @@ func (c *checkRun) reportWindow(task, which string, r Rate, in []*Grant, units i
 		which, r, ts(from), ts(from.Add(r.Per)), units, r.Bound(), strings.Join(list, "; "))
 }
 
-// RatesHadRoom reports whether the rates over a start of key in task (the task's and the key's)
-// each had room for a start of cost 1 at every instant of [from, to): the state of each, a GCRA
-// (its theoretical arrival time, tat), is replayed from the database's grants: a grant of cost c
-// at t moves tat to max(tat, t) + c·Per/Count, and a unit fits at x when tat ≤ x + (Burst−1)·
-// Per/Count. The replay knows only the grants that have executions (a slot handed to a ticket
-// and never taken is not seen), so it may find room that the database did not have; it never
-// misses room the database had. Without a rate it reports true.
-func (h History) RatesHadRoom(task, key string, from, to time.Time) bool {
+// RatesHadRoom reports whether each rate over a start of key in task (the task's, and the key's)
+// had room for a start of cost 1 at every instant of [from, to); a rate that is not there had
+// room. The state of each, a GCRA (its theoretical arrival time, tat), is replayed from the
+// database's grants: a grant of cost c at t moves tat to max(tat, t) + c·Per/Count, and a unit
+// fits at x when tat ≤ x + (Burst−1)·Per/Count. The replay knows only the grants that have
+// executions (a slot handed to a ticket and never taken is not seen), so it may find room that
+// the database did not have; it never misses room the database had.
+func (h History) RatesHadRoom(task, key string, from, to time.Time) (taskRoom, keyRoom bool) {
 	rs := h.Rates[task]
-	var gs []*Grant
+	var gs, kgs []*Grant
 	for i := range h.Grants {
 		if g := &h.Grants[i]; g.Task == task && !g.GrantedAt.IsZero() && g.GrantedAt.Before(to) {
 			gs = append(gs, g)
 		}
 	}
 	gs = rateGrants(gs)
-	if !rs.Task.IsZero() && !hadRoom(rs.Task, gs, from) {
-		return false
-	}
-	kr := rs.For(key)
-	if kr.IsZero() {
-		return true
-	}
-	var kgs []*Grant
 	for _, g := range gs {
 		if g.Key == key {
 			kgs = append(kgs, g)
 		}
 	}
-	return hadRoom(kr, kgs, from)
+	taskRoom = rs.Task.IsZero() || hadRoom(rs.Task, gs, from)
+	kr := rs.For(key)
+	return taskRoom, kr.IsZero() || hadRoom(kr, kgs, from)
 }
 
 // hadRoom replays r over gs (in grant order, all before the end of the span) and reports whether
@@ -206,26 +200,39 @@ func later(a, b time.Time) time.Time {
 	return a
 }
 
-// ReclaimLatencies are the latencies from a kill -9 (killSignal: host → when the signal was
-// sent) to the database's reclaim of each slot of task the killed process held (granted before
-// the signal, heartbeating within the threshold of it, reclaimed after it), sorted — measured
-// only for slots no rate held back: the rates over the slot's start (the task's, and its key's)
-// had room for a start at every instant from the signal to the reclaim (RatesHadRoom). A rate
-// without room may keep every waiter asleep until its RetryAfter, past the moment the slot became
-// reclaimable; such a wait measures the rate, not the reclaim. HeldBack counts the reclaims left
-// out for it.
-func ReclaimLatencies(h History, task string, killSignal map[string]time.Time) (lat []time.Duration, heldBack int) {
+// ReclaimFigures are the reclaim latencies after kill -9 of the slots no rate held back
+// (sorted), and the reclaims left out because the task's rate, or else the slot's key's, lacked
+// room.
+type ReclaimFigures struct {
+	Latencies                     []time.Duration
+	HeldByTaskRate, HeldByKeyRate int
+}
+
+// ReclaimLatencies measures, from a kill -9 (killSignal: host → when the signal was sent) to the
+// database's reclaim, each slot of task the killed process held (granted before the signal,
+// heartbeating within the threshold of it, reclaimed after it) that no rate held back. The
+// database may reclaim a slot from D = its last heartbeat + its threshold on; no rate changes that.
+// What a rate may delay is the transaction that reclaims it: with no room, every waiter sleeps
+// until its RetryAfter, which may be past D. So a reclaim is measured only when the rates over
+// the slot's start (the task's, and its key's: its key's waiters may be the ones to come back)
+// each had room for a start at every instant from D to the reclaim (RatesHadRoom).
+func ReclaimLatencies(h History, task string, killSignal map[string]time.Time) ReclaimFigures {
+	var f ReclaimFigures
 	for _, g := range h.Grants {
 		sent, ok := killSignal[g.Host]
 		if !ok || g.Task != task || !g.ReclaimedAt.After(sent) || !g.GrantedAt.Before(sent) || sent.Sub(g.LastKeepAlive) >= g.Threshold {
 			continue
 		}
-		if !h.RatesHadRoom(task, g.Key, sent, g.ReclaimedAt) {
-			heldBack++
-			continue
+		taskRoom, keyRoom := h.RatesHadRoom(task, g.Key, g.LastKeepAlive.Add(g.Threshold), g.ReclaimedAt)
+		switch {
+		case !taskRoom:
+			f.HeldByTaskRate++
+		case !keyRoom:
+			f.HeldByKeyRate++
+		default:
+			f.Latencies = append(f.Latencies, g.ReclaimedAt.Sub(sent))
 		}
-		lat = append(lat, g.ReclaimedAt.Sub(sent))
 	}
-	slices.Sort(lat)
-	return lat, heldBack
+	slices.Sort(f.Latencies)
+	return f
 }

@@ -1,7 +1,6 @@
 package checker
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,40 +141,47 @@ func TestRateWindowsAreHalfOpenAndReportedOnce(t *testing.T) {
 	}
 }
 
-// ReclaimLatencies measures a kill's reclaim only when no rate lacked room from the signal to the
-// reclaim.
+// ReclaimLatencies measures a kill's reclaim only when no rate lacked room from the moment the
+// slot became reclaimable (last heartbeat + threshold: 12 s here) to the reclaim (12.3 s).
 func TestReclaimLatenciesLeaveOutSlotsARateHeldBack(t *testing.T) {
 	killed := func(exec int64, key string, granted int) Grant {
 		g := ratedGrant(exec, key, 1, granted)
-		g.Host, g.CompletedAt, g.ReclaimedAt, g.LastKeepAlive = "w2", time.Time{}, at(10_300), at(10_000)
+		g.Host, g.CompletedAt, g.ReclaimedAt, g.LastKeepAlive = "w2", time.Time{}, at(12_300), at(10_000)
 		return g
 	}
 	h := History{
+		// The task's: a unit every 100 ms, 2 at once; "hot"'s: one unit in 10 s.
 		Rates: map[string]Rates{"r": {Task: Rate{Count: 10, Per: time.Second, Burst: 2}, Named: map[string]Rate{"hot": {Count: 1, Per: 10 * time.Second}}}},
 		Grants: []Grant{
 			killed(1, "a", 9_000), killed(2, "hot", 9_500),
-			killed(3, "b", 10_150), // granted after the kill: not the killed process's slot
+			killed(3, "b", 11_000), // granted after the kill: not the killed process's slot
 		},
 	}
 	sig := map[string]time.Time{"w2": at(10_100)}
-	lat, held := ReclaimLatencies(h, "r", sig)
+	want := func(f ReclaimFigures, measured, byTask, byKey int) {
+		t.Helper()
+		if len(f.Latencies) != measured || f.HeldByTaskRate != byTask || f.HeldByKeyRate != byKey {
+			t.Fatalf("got %+v; want %d measured, %d held back by the task's rate, %d by a key's", f, measured, byTask, byKey)
+		}
+	}
 	// "hot" took its unit at 9.5 s: its rate has room again at 19.5 s.
-	if !slices.Equal(lat, []time.Duration{200 * time.Millisecond}) || held != 1 {
-		t.Fatalf("latencies %v, held back %d; want [200ms] and 1 (key \"hot\"'s rate)", lat, held)
+	f := ReclaimLatencies(h, "r", sig)
+	want(f, 1, 0, 1)
+	if f.Latencies[0] != 2200*time.Millisecond {
+		t.Fatalf("latency %s, want 2.2s (10.1 s → 12.3 s)", f.Latencies[0])
 	}
-	// The task's rate without room: 2 units at 10.2 s leave its tat at 10.45 s, above 10.2 + 0.1.
-	h.Grants = append(h.Grants, ratedGrant(4, "c", 2, 10_200))
-	if lat, held := ReclaimLatencies(h, "r", sig); len(lat) != 0 || held != 2 {
-		t.Fatalf("latencies %v, held back %d; want none measured, 2 held back", lat, held)
-	}
-	// Those 2 units granted at 9.7 s instead: the task's rate has room from the kill on.
-	h.Grants[3].GrantedAt = at(9_700)
-	if lat, held := ReclaimLatencies(h, "r", sig); len(lat) != 1 || held != 1 {
-		t.Fatalf("latencies %v, held back %d; want 1 measured, 1 held back", lat, held)
-	}
+	// 2 units at 12.1 s leave the task's tat at 12.3 s, above 12.1 + 0.1: no room between.
+	h.Grants = append(h.Grants, ratedGrant(4, "c", 2, 12_100))
+	want(ReclaimLatencies(h, "r", sig), 0, 2, 0)
+	// At 11.95 s instead: no room at 12 s, when the slots became reclaimable (tat 12.15 s), though a
+	// unit granted at 12.25 s found room.
+	h.Grants[3].GrantedAt = at(11_950)
+	h.Grants = append(h.Grants, ratedGrant(5, "d", 1, 12_250))
+	want(ReclaimLatencies(h, "r", sig), 0, 2, 0)
+	// At 11.5 s: the task's rate has room again from 11.6 s, before 12 s.
+	h.Grants[3].GrantedAt = at(11_500)
+	want(ReclaimLatencies(h, "r", sig), 1, 0, 1)
 	// Without rates, every reclaim is measured.
 	h.Rates = nil
-	if lat, held := ReclaimLatencies(h, "r", sig); len(lat) != 2 || held != 0 {
-		t.Fatalf("without rates: latencies %v, held back %d", lat, held)
-	}
+	want(ReclaimLatencies(h, "r", sig), 2, 0, 0)
 }
