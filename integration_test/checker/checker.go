@@ -34,6 +34,9 @@
 //	    granted and not yet ended add up to at most the limit that grant saw, and those of each
 //	    key to at most that key's limit; a holder's key and cost in its ledger are the
 //	    database's; see checkKeys.
+//	(r) rates: for the task's rate and each key's, in every half-open window of length Per of
+//	    the database's grant times, the grants' costs add up to at most Count + Burst − 1 (a
+//	    grant later reclaimed counts); see checkRates.
 //	(s) submissions: every submission completed, exactly once in the database and at most once
 //	    in the ledgers, and no two of its attempts held a slot at once; see checkSubmissions.
 //	(k) blocks: the blocks of a numeric range cover it exactly once, each completed by exactly
@@ -194,6 +197,8 @@ type History struct {
 	Switches []Switch
 	// KeyLimits are the key limits of the keyed tasks (check p); a task not in it has none.
 	KeyLimits map[string]KeyLimit
+	// Rates are the rates of the tasks under one (check r); a task not in it has none.
+	Rates map[string]Rates
 	// NoLoss: the replication was synchronous (strict), so no failover may lose a grant or a
 	// completion that its holder saw (check h). A grant committed on the old primary whose
 	// holder never saw it (its commit waited for a standby that left) may be lost.
@@ -202,7 +207,7 @@ type History struct {
 
 // Violation is one broken promise.
 type Violation struct {
-	Check string // "a" … "h", "k", "m", "p" and "s", as in the package documentation
+	Check string // "a" … "h", "k", "m", "p", "r" and "s", as in the package documentation
 	Task  string
 	Exec  int64
 	Msg   string
@@ -224,6 +229,10 @@ type Report struct {
 	// MaxKeyCost is, per task, the most cost one key held at once by the database's record
 	// (check p); KeyGrants counts the grants check p judged against a key limit.
 	MaxKeyCost, KeyGrants map[string]int
+	// TaskRateUnits is, per task under a rate, its busiest window (check r); KeyRateUnits, per
+	// task, that of each key under a rate that had grants.
+	TaskRateUnits map[string]RateFigure
+	KeyRateUnits  map[string]map[string]RateFigure
 	// Holders counted per task (ledger holds matched to grants); Unrecorded grants have no ledger
 	// hold (the acquire committed but its caller saw an error, or the process died before
 	// recording): they are not holders, but must still end (c).
@@ -255,7 +264,8 @@ func (r *Report) add(check, task string, exec int64, format string, args ...any)
 
 // Check runs every check on h.
 func Check(h History) Report {
-	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, MaxCost: map[string]int{}, MaxKeyCost: map[string]int{}, KeyGrants: map[string]int{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
+	c := &checkRun{h: h, r: Report{MaxHolders: map[string]int{}, MaxCost: map[string]int{}, MaxKeyCost: map[string]int{}, KeyGrants: map[string]int{},
+		TaskRateUnits: map[string]RateFigure{}, KeyRateUnits: map[string]map[string]RateFigure{}, Holders: map[string]int{}, Unrecorded: map[string]int{}, Idle: map[string]int{},
 		QueueJudged: map[string]int{}, Skipped: map[string]int{}, Requeued: map[string]int{}, Displaced: map[string]int{},
 		Lost: map[string]int{}, LostUnseen: map[string]int{}},
 		changes: map[string][]LimitChange{}}
@@ -276,6 +286,7 @@ func Check(h History) Report {
 	c.checkSection()
 	c.checkFailover()
 	c.checkKeys()
+	c.checkRates()
 	sort.SliceStable(c.r.Violations, func(i, j int) bool { return c.r.Violations[i].Check < c.r.Violations[j].Check })
 	return c.r
 }

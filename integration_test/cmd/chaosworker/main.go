@@ -77,6 +77,8 @@ func main() {
 		keyLimit   = flag.Int("key-limit", 0, "with -keys: TaskSettings.KeyLimit")
 		namedKeys  = flag.String("named-keys", "", "with -keys: TaskSettings.Keys, as key=limit,…")
 		maxCost    = flag.Int("max-cost", 1, "with -keys: costs are drawn from 1 to this (and to the key's limit)")
+		rate       = flag.String("rate", "", "with -keys: TaskSettings.Rate, as taskling.ParseRate reads it (\"50/1s,burst=4\")")
+		keyRates   = flag.String("key-rates", "", "with -keys: the rates of named keys, as key=rate;… (\"k00=5/1s,burst=4;k01=…\")")
 		isoFile    = flag.String("isolation-file", "", "a file naming the isolation level of new starts (read committed, serializable), read every 20ms; not with -work, -blocks, -section")
 	)
 	flag.Parse()
@@ -86,7 +88,7 @@ func main() {
 	opts := options{minHold: *minHold, work: *work, failEvery: *failEvery, blocks: *blocks, maxBlocks: *maxBlocks, retryLimit: *retryLimit, failPct: *failPct,
 		section: *section, sectionTimeout: *secTimeout, tinyTimeout: *tinyTO, usr1: usr1, isolationFile: *isoFile}
 	var err error
-	if opts.keyed, err = parseKeyed(*nKeys, *keySkew, *keyLimit, *namedKeys, *maxCost); err != nil {
+	if opts.keyed, err = parseKeyed(*nKeys, *keySkew, *keyLimit, *namedKeys, *maxCost, *rate, *keyRates); err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		os.Exit(1)
 	}
@@ -408,13 +410,25 @@ func (wk *worker) loop(stop context.Context) {
 			must(err) // a start the worker got wrong (a cost above its key's limit): end the run
 		}
 		if err != nil {
-			d := 2 * time.Millisecond
-			if !errors.Is(err, taskling.ErrLimitReached) {
-				d = 50 * time.Millisecond
-			}
-			sleep(stop, d+time.Duration(wk.rnd.Int64N(int64(3*d))))
+			sleep(stop, wk.backoff(err))
 		}
 	}
+}
+
+// backoff is how long loop waits after a start that failed with err: briefly at a limit, until
+// the rate has room when a rate refused it (RetryAfter, at most a second, a little jitter added
+// so that the refused do not all come back at once), else 50 ms to 200 ms.
+func (wk *worker) backoff(err error) time.Duration {
+	var rl *taskling.RateLimitedError
+	if errors.As(err, &rl) {
+		d := min(max(rl.RetryAfter, 0), time.Second)
+		return d + time.Duration(wk.rnd.Int64N(int64(time.Millisecond+d/4)))
+	}
+	d := 2 * time.Millisecond
+	if !errors.Is(err, taskling.ErrLimitReached) {
+		d = 50 * time.Millisecond
+	}
+	return d + time.Duration(wk.rnd.Int64N(int64(3*d)))
 }
 
 // hold works under e (started by StartExecution) and completes it.

@@ -25,9 +25,11 @@ type Result struct {
 	Latencies  []time.Duration // one per completed cycle
 	Retries    int64           // serialization failures retried
 	Failed     int64           // acquisitions denied or failed
-	Violations int64           // more holders at once than the limit
+	Violations int64           // more holders at once than the limit (or units in a window than a rate)
 	Statements int64           // statements sent (StatementCounter), when counted
 	WALBytes   int64           // WAL written meanwhile (cluster-wide), when measured
+	// MaxWindow is, in a rate scenario, the most units granted in a window of the rate's Per.
+	MaxWindow int64
 }
 
 // Rate is cycles per second.
@@ -56,6 +58,7 @@ func (r *Result) Merge(o Result) {
 	r.Retries += o.Retries
 	r.Failed += o.Failed
 	r.Violations += o.Violations
+	r.MaxWindow = max(r.MaxWindow, o.MaxWindow)
 	r.Statements += o.Statements
 	r.Elapsed = max(r.Elapsed, o.Elapsed)
 }
@@ -138,18 +141,49 @@ func Taskling(ctx context.Context, client *taskling.Client, app string, goroutin
 // times of every execution, the most holders there ever were at once, and counts the instants
 // over the limit as violations.
 func Waiting(ctx context.Context, client *taskling.Client, app string, goroutines, limit int, d time.Duration) (Result, error) {
-	retriesBefore := client.Stats().Retries
-	var failed atomic.Int64
-	res, err := loop(ctx, goroutines, d, func(ctx context.Context, _ int) error {
-		return waitCycle(ctx, client, app, "waiting", &taskling.StartOptions{WaitForSlot: true}, &failed)
-	})
+	res, err := waitingCycles(ctx, client, app, "waiting", goroutines, d)
 	if err != nil {
 		return res, err
 	}
-	res.Retries = client.Stats().Retries - retriesBefore
-	res.Failed = failed.Load()
 	res.Violations, err = overLimit(ctx, client, app, "waiting", limit)
 	return res, err
+}
+
+// waitingCycles runs waitCycle in goroutines on app/task for d, counting the retries and the
+// starts not granted.
+func waitingCycles(ctx context.Context, client *taskling.Client, app, task string, goroutines int, d time.Duration) (Result, error) {
+	retriesBefore := client.Stats().Retries
+	var failed atomic.Int64
+	res, err := loop(ctx, goroutines, d, func(ctx context.Context, _ int) error {
+		return waitCycle(ctx, client, app, task, &taskling.StartOptions{WaitForSlot: true}, &failed)
+	})
+	res.Retries = client.Stats().Retries - retriesBefore
+	res.Failed = failed.Load()
+	return res, err
+}
+
+// acquireTimes are the latencies of granted starts, from many goroutines.
+type acquireTimes struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+// cycle starts an execution with start and, if it was granted, records how long the start took
+// and completes it. A start refused (refused(err)) returns nil.
+func (a *acquireTimes) cycle(ctx context.Context, start func() (*taskling.Execution, error), refused func(error) bool) error {
+	t0 := time.Now()
+	exec, err := start()
+	if err != nil && refused(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	lat := time.Since(t0)
+	a.mu.Lock()
+	a.d = append(a.d, lat)
+	a.mu.Unlock()
+	return exec.Complete(ctx)
 }
 
 // waitCycle starts an execution of app/task with opts, waiting at most 10 s, and completes it; a
@@ -185,27 +219,18 @@ func overLimits(ctx context.Context, client *taskling.Client, app, task string, 
 		key   string
 	}
 	var edges []edge
-	for before := int64(0); ; {
-		page, err := client.Executions(ctx, app, task, &taskling.ExecutionFilter{Limit: taskling.MaxExecutionsPage, Before: before})
-		if err != nil {
-			return 0, err
+	err := eachGrant(ctx, client, app, task, func(e taskling.ExecutionInfo) {
+		cost := max(1, e.Cost)
+		edges = append(edges, edge{e.StartedAt, +cost, e.Key})
+		switch {
+		case !e.ReclaimedAt.IsZero():
+			edges = append(edges, edge{e.ReclaimedAt, -cost, e.Key})
+		case !e.CompletedAt.IsZero():
+			edges = append(edges, edge{e.CompletedAt, -cost, e.Key})
 		}
-		for _, e := range page.Executions {
-			if e.Status == taskling.StatusBlocked {
-				continue
-			}
-			cost := max(1, e.Cost)
-			edges = append(edges, edge{e.StartedAt, +cost, e.Key})
-			switch {
-			case !e.ReclaimedAt.IsZero():
-				edges = append(edges, edge{e.ReclaimedAt, -cost, e.Key})
-			case !e.CompletedAt.IsZero():
-				edges = append(edges, edge{e.CompletedAt, -cost, e.Key})
-			}
-		}
-		if before = page.NextBefore; before == 0 {
-			break
-		}
+	})
+	if err != nil {
+		return 0, err
 	}
 	slices.SortFunc(edges, func(a, b edge) int {
 		if c := a.at.Compare(b.at); c != 0 {
@@ -222,6 +247,24 @@ func overLimits(ctx context.Context, client *taskling.Client, app, task string, 
 		}
 	}
 	return over, nil
+}
+
+// eachGrant calls f with each execution of app/task that was granted a slot (not blocked).
+func eachGrant(ctx context.Context, client *taskling.Client, app, task string, f func(taskling.ExecutionInfo)) error {
+	for before := int64(0); ; {
+		page, err := client.Executions(ctx, app, task, &taskling.ExecutionFilter{Limit: taskling.MaxExecutionsPage, Before: before})
+		if err != nil {
+			return err
+		}
+		for _, e := range page.Executions {
+			if e.Status != taskling.StatusBlocked {
+				f(e)
+			}
+		}
+		if before = page.NextBefore; before == 0 {
+			return nil
+		}
+	}
 }
 
 // Settings are the task settings the Taskling scenario's clients must use: a limit that admits

@@ -73,27 +73,21 @@ func ActiveKeys(ctx context.Context, client *taskling.Client, app string, gorout
 	var failed atomic.Int64
 	perG := keys / goroutines
 	next := make([]int, goroutines)
-	var mu sync.Mutex
-	var acquires []time.Duration
+	var acquires acquireTimes
 	res, err := loop(ctx, goroutines, d, func(ctx context.Context, g int) error {
 		k := g + goroutines*(next[g]%perG)
 		next[g]++
-		t0 := time.Now()
-		exec, err := client.StartExecution(ctx, app, "active-keys", &taskling.StartOptions{Key: key(k)})
-		if errors.Is(err, taskling.ErrLimitReached) {
-			failed.Add(1)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		lat := time.Since(t0)
-		mu.Lock()
-		acquires = append(acquires, lat)
-		mu.Unlock()
-		return exec.Complete(ctx)
+		return acquires.cycle(ctx, func() (*taskling.Execution, error) {
+			return client.StartExecution(ctx, app, "active-keys", &taskling.StartOptions{Key: key(k)})
+		}, func(err error) bool {
+			if errors.Is(err, taskling.ErrLimitReached) {
+				failed.Add(1)
+				return true
+			}
+			return false
+		})
 	})
-	res.Latencies = acquires
+	res.Latencies = acquires.d
 	if err != nil {
 		return res, err
 	}

@@ -28,6 +28,7 @@ type options struct {
 	runs                        int
 	heartbeatProcs, holders     int
 	keyHolders                  int
+	rateDuration                time.Duration
 	cpuProfile                  string
 	only                        string
 	flow                        flowOptions
@@ -48,6 +49,7 @@ func main() {
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
 	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
+	flag.DurationVar(&o.rateDuration, "rate-duration", 30*time.Second, "measuring time of the rate scenario whose goroutines wait for the rate (issue 27: 30 s)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (its clients, not PostgreSQL) to this file")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
@@ -83,7 +85,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	fmt.Printf("taskling bench: %d interleaved runs of %s per scenario, PostgreSQL at %s\n\n", o.runs, o.duration, redact(serverURL))
-	env := &environment{serverURL: serverURL, d: o.duration, keyHolders: o.keyHolders}
+	env := &environment{serverURL: serverURL, d: o.duration, keyHolders: o.keyHolders, rateD: o.rateDuration}
 	results := map[string][]bench.Result{}
 	scenarios := allScenarios()
 	if o.only != "" {
@@ -126,7 +128,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if len(scenarios) > 0 || hb != nil { // -only may leave none
 		fmt.Println()
-		report(scenarios, results, hb, o.keyHolders)
+		report(scenarios, results, hb, o)
 	}
 	if flow != nil {
 		fmt.Println()
@@ -149,6 +151,7 @@ type environment struct {
 	serverURL  string
 	d          time.Duration
 	keyHolders int
+	rateD      time.Duration // of the rate scenario whose goroutines wait
 }
 
 // fresh returns a pool on a new database whose statements counter counts, with at most maxConns

@@ -52,7 +52,7 @@ func (t table) get(kind string, iso taskling.Isolation) summary { return t.byKI[
 // floorOf is the floor a configuration is compared with.
 var floorOf = map[string]string{uncontended: floor1, oneTask16: floor16, tasks64: floor64, processes: floor16}
 
-func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbeatResult, keyHolders int) {
+func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbeatResult, o options) {
 	t := table{rows: map[string]summary{}, byKI: map[string]summary{}}
 	for _, sc := range scenarios {
 		s := summarize(results[sc.name])
@@ -72,8 +72,10 @@ func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbe
 			s.perCycle(s.pooled.Statements), ratio)
 	}
 	fmt.Println()
-	// -only keys: leaves none of the README's scenarios, whose checks would compare nothing.
-	readme := slices.ContainsFunc(scenarios, func(sc scenario) bool { return !strings.HasPrefix(sc.kind, "keys:") })
+	// -only keys: (or rate:) leaves none of the README's scenarios, whose checks would compare nothing.
+	readme := slices.ContainsFunc(scenarios, func(sc scenario) bool {
+		return !strings.HasPrefix(sc.kind, "keys:") && !strings.HasPrefix(sc.kind, "rate:")
+	})
 	if readme {
 		printTargets(t, scenarios)
 	}
@@ -83,7 +85,8 @@ func report(scenarios []scenario, results map[string][]bench.Result, hb *heartbe
 	if readme {
 		printIsolationDecision(t)
 	}
-	printKeyTargets(t, keyHolders)
+	printKeyTargets(t, o.keyHolders)
+	printRateTargets(t, o.rateDuration)
 }
 
 func check(ok bool, format string, args ...any) {

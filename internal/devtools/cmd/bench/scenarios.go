@@ -114,7 +114,7 @@ func allScenarios() []scenario {
 			return bench.Waiting(ctx, client, "bench", 16, 4, e.d)
 		}
 	})
-	return append(out, keyScenarios()...)
+	return append(append(out, keyScenarios()...), rateScenarios()...)
 }
 
 // traced is the cycles of g goroutines over tasks tasks, traced by tasklingotel (AlwaysOn) into a
