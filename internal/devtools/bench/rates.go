@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,7 @@ func RatedWaits(ctx context.Context, client *taskling.Client, app string, gorout
 
 // RatedStarts runs StartExecution (no waiting) + Complete cycles of goroutines on task "rated" of
 // app, under rate (declared by client; the zero Rate: the same scenario without one). A start the
-// rate refuses sleeps its RetryAfter and counts in Failed; the result's cycles and latencies are
+// rate refuses sleeps its RetryAfter plus a random part of it (jitter) and counts in Failed; the result's cycles and latencies are
 // the granted starts alone (the latency: StartExecution's call). With a rate, MaxWindow and
 // Violations are as RatedWaits'.
 func RatedStarts(ctx context.Context, client *taskling.Client, app string, goroutines int, rate taskling.Rate, d time.Duration) (Result, error) {
@@ -52,7 +53,9 @@ func RatedStarts(ctx context.Context, client *taskling.Client, app string, gorou
 				return false
 			}
 			refused.Add(1)
-			sleepCtx(ctx, rl.RetryAfter)
+			// As a client should: at RetryAfter and a random part of it more, so that the
+			// refused do not all come back at once.
+			sleepCtx(ctx, rl.RetryAfter+rand.N(rl.RetryAfter+time.Microsecond))
 			return true
 		})
 	})
