@@ -74,6 +74,7 @@ const prelude = `package readmeblocks
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"time"
