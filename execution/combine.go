@@ -247,7 +247,7 @@ func (s *Store) runBatch(batch []*op) {
 			}
 		}
 		if attempt == 0 {
-			live = s.tryFast(ctx, live)
+			live = s.tryFast(ctx, s.tryFastRefusals(ctx, live))
 			pending = live
 		}
 		if len(live) == 0 {

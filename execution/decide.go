@@ -82,6 +82,9 @@ type txState struct {
 	keyReads *keyReads
 	// rates is what the task's rates read (0023), nil on an older schema or a cached state.
 	rates *rateRow
+	// estimated: a blind state whose nowUS and rates are an estimate never ahead of the database
+	// (rates_fast.go): a refusal by a rate may be decided on it, nothing else.
+	estimated bool
 	// blind: the state is a cached copy, written back only if the row did not change; nothing
 	// that needs the database's clock or other rows (liveness, claims, ends) is known. A decision
 	// that needs any of it fails with errBlind.

@@ -146,7 +146,7 @@ func (d *decider) newKeyed(reqs []request) error {
 	}
 	if k.rated = ratedMode(st, reqs); k.rated {
 		switch {
-		case st.blind:
+		case st.blind && !st.estimated:
 			return errBlind // a rate needs the database's clock and state
 		case st.rates == nil:
 			return fmt.Errorf("task %s: %w", taskNameOf(reqs), errRatesUnsupported)
@@ -476,7 +476,9 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 			return true
 		}
 		f.deny(key, cost, res)
-		d.tripped = d.tripped || d.st.blind // dead holders may have left room: the database can tell
+		// Dead holders may have left room: the database can tell. (A rate's refusal does not
+		// depend on the holders.)
+		d.tripped = d.tripped || d.st.blind && res.Denied != DeniedRate && res.Denied != DeniedKeyRate
 		return false
 	}
 	if mine == nil {

@@ -53,6 +53,8 @@ type Store struct {
 	// rated are the tasks whose last read found them under a rate: they never take the fast path,
 	// since a rate needs the database's clock and state (rates_io.go).
 	rated sync.Map
+	// anchors are the rate states last read, for refusals decided on the cached rows (rates_fast.go).
+	anchors rateAnchors
 
 	retries        atomic.Int64
 	transactions   atomic.Int64

@@ -207,6 +207,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		if r := rateReads[id]; r != nil {
 			st.rates = r
 			s.noteRated(id, r.configured())
+			s.noteRates(id, r, nowUS)
 		}
 		if h, ok := taskHandoffs[id]; ok {
 			settleHandoffs(h, nowUS)

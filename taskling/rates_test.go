@@ -44,7 +44,10 @@ func TestARateGrantsCountPlusBurstMinusOneAWindowAndSaysWhenToRetry(t *testing.T
 		require.NotZero(t, re.Recorded, "the refused attempt is recorded as a blocked execution")
 	}
 	// 20 minutes later (moved on the database: the tat back by 20 minutes) one more fits, not two.
+	// (Every change of a rate's state rewrites the task row: refusals are decided on a cached copy
+	// of both until it changes.)
 	b.exec(t, `UPDATE taskling.task_rate SET tat_us = tat_us - 1200000000`)
+	b.exec(t, `UPDATE taskling.task_definition SET overrides_updated_at = overrides_updated_at`)
 	b.start(t, nil)
 	rateErr(t, b.denied(t, nil))
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE NOT blocked`))
@@ -304,4 +307,28 @@ func TestARateChangedAtRunTimeAppliesAtOnce(t *testing.T) {
 
 	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{Rate: &taskling.Rate{}}))
 	b.start(t, nil) // overridden to none
+}
+
+// TestARefusalByARateNeedsNoLock: a start its rate refuses is decided on this process's copy of
+// the task row and its rate, and recorded without the row's lock: it is refused at once while
+// another transaction holds that lock, and recorded like any refusal.
+func TestARefusalByARateNeedsNoLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withRates(10, taskling.Rate{Count: 1, Per: time.Hour}, taskling.Rate{}))
+	b.start(t, nil)
+	rateErr(t, b.denied(t, nil)) // read under the lock: the process now knows the rate's state
+	tx, err := b.pool.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	// As a token transaction holds it (its insert's foreign key check needs no more).
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM taskling.task_definition WHERE task_name = $1 FOR NO KEY UPDATE`, b.task)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	_, err = b.client.StartExecution(ctx, b.app, b.task, nil)
+	re := rateErr(t, err)
+	require.NotZero(t, re.Recorded, "recorded as a blocked execution")
+	require.InDelta(t, time.Hour.Seconds(), re.RetryAfter.Seconds(), 5)
+	require.NoError(t, tx.Rollback(b.ctx))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM taskling.task_execution WHERE blocked AND blocked_reason LIKE '%rate%'`))
 }
