@@ -801,3 +801,37 @@ func TestRatesInARealBrowser(t *testing.T) {
 	require.NoError(t, err, "the raised rate admits at once")
 	require.NoError(t, e.Complete(ctx))
 }
+
+// TestTheSignInFormKeepsWhatIsTyped: the sign-in page is not auto-refreshed — a refresh replaced
+// its form every interval, taking the token being typed with it (and the node a script had just
+// found: TestSignInNeverLeavesForAnotherHost failed so on a loaded machine) — and a field of the
+// task page being filled in is not replaced by the refresh either.
+func TestTheSignInFormKeepsWhatIsTyped(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	_, client, srv := serveDashboard(t, 1) // refreshes every 250 ms
+	require.NoError(t, client.Run(context.Background(), "app", "task", func(context.Context, *taskling.Execution) error { return nil }, nil))
+	bctx := openBrowser(t, browser, 30*time.Second)
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), "half a tok"),
+		chromedp.Sleep(time.Second),
+	))
+	typed, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("login-token").value`))
+	require.NoError(t, err)
+	require.Equal(t, "half a tok", typed, "four refresh intervals later, what was typed is still there")
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
+		chromedp.Navigate(srv.URL+"/tasks/app/task"),
+		chromedp.WaitVisible(chromedp.CSS(`#rate-input`)),
+		chromedp.Focus(chromedp.CSS(`#rate-input`)),
+		chromedp.SendKeys(chromedp.CSS(`#rate-input`), "30/1m"),
+		chromedp.Sleep(time.Second),
+	))
+	typed, err = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("rate-input").value`))
+	require.NoError(t, err)
+	require.Equal(t, "30/1m", typed, "a field being filled in survives the refresh")
+}

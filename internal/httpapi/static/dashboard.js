@@ -26,7 +26,7 @@
         return r.text();
       })
       .then(function (html) {
-        if (pressed) { return; } // the next interval brings it
+        if (pressed || typing()) { return; } // the next interval brings it
         document.getElementById("content").innerHTML = html;
         document.getElementById("refresh-status").textContent = "updated " + new Date().toLocaleTimeString();
       })
@@ -35,7 +35,13 @@
       })
       .finally(function () { refreshing = false; });
   }
-  if (document.getElementById("content")) { setInterval(refresh, refreshMS); }
+  // Nor while a field of the content is being filled in, which would lose what was typed.
+  function typing() {
+    var a = document.activeElement;
+    return !!a && /^(INPUT|TEXTAREA|SELECT)$/.test(a.tagName) && document.getElementById("content").contains(a);
+  }
+  // The sign-in page has nothing to refresh: a refresh would replace its form, and the token typed.
+  if (document.getElementById("content") && !document.getElementById("login-form")) { setInterval(refresh, refreshMS); }
 
   function show(id, msg, ok) {
     var out = document.getElementById(id);
