@@ -350,24 +350,41 @@ func (w *worker) run(runCtx context.Context, exec *Execution) {
 	defer unsubscribe()
 	watchDone := make(chan struct{})
 	defer close(watchDone)
-	go func() {
-		select {
-		case <-cancelled:
-			reason := ""
-			if sub, err := c.Submission(exec.ctx, exec.submissionID); err == nil {
-				reason = sub.CancelReason
-			}
-			exec.cancelSubmission(reason)
-		case <-watchDone:
-		case <-exec.ctx.Done():
-		}
-	}()
+	go w.watchCancel(exec, cancelled, watchDone)
 	// An error or panic of fn is recorded by runStarted (RecordError marking the execution failed,
 	// which is also the submission's last error) before the end settles the attempt.
 	err := c.runStarted(runCtx, exec, w.fn)
 	if err != nil && !errors.Is(err, ErrSubmissionCancelled) {
 		c.log.Warn("taskling: submission attempt failed", zap.String("task", w.app+"/"+w.task),
 			zap.Int64("submission", exec.submissionID), zap.Int("attempt", exec.attempt), zap.Int64("execution", exec.id), zap.Error(err))
+	}
+}
+
+// watchCancel cancels exec's run when an operator cancels its submission. A wake is not a cancel by
+// itself: the listener wakes every subscriber when it reconnects (anything may have been missed),
+// so the submission is read, and its run cancelled only if a cancel was requested; a read that
+// fails is tried again.
+func (w *worker) watchCancel(exec *Execution, cancelled <-chan struct{}, done <-chan struct{}) {
+	check := cancelled
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-check:
+		case <-retry:
+		case <-done:
+			return
+		case <-exec.ctx.Done():
+			return
+		}
+		retry = nil
+		sub, err := w.c.Submission(exec.ctx, exec.submissionID)
+		switch {
+		case err != nil:
+			retry = time.After(200 * time.Millisecond)
+		case sub.CancelRequested || sub.Status == SubmissionCancelled:
+			exec.cancelSubmission(sub.CancelReason)
+			return
+		}
 	}
 }
 
