@@ -107,6 +107,21 @@ LEFT JOIN LATERAL (
 ) kr ON true
 WHERE r.stripe = $1 AND r.task_id = $2`
 
+// rateReadSQLs are rateReadSQL for each stripe, naming its partitions: every token transaction
+// runs it, and a cached generic plan over the partitioned tables locks all their 64 partitions
+// each time before pruning them (PostgreSQL 15), which cost the usual path about 15 %.
+var rateReadSQLs = func() (out [stripeCount]string) {
+	for i := range out {
+		r := strings.NewReplacer(
+			"taskling.key_ticket ", fmt.Sprintf("taskling.key_ticket_%02d ", i),
+			"taskling.task_key ", fmt.Sprintf("taskling.task_key_%02d ", i),
+			"taskling.task_rate ", fmt.Sprintf("taskling.task_rate_%02d ", i),
+			"taskling.key_rate ", fmt.Sprintf("taskling.key_rate_%02d ", i))
+		out[i] = r.Replace(rateReadSQL)
+	}
+	return out
+}()
+
 // queueRateReads queues, for each task, the read of its rates; the map is filled once the batch
 // is sent (a task with no row gets an empty one).
 func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64]int) map[int64]*rateRow {
@@ -130,7 +145,7 @@ func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64
 		}
 		r := &rateRow{keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
 		out[id] = r
-		b.Queue(rateReadSQL, int16(id%stripeCount), id, keys, tickets, candidates, oldest).Query(func(rows pgx.Rows) error {
+		b.Queue(rateReadSQLs[id%stripeCount], int16(id%stripeCount), id, keys, tickets, candidates, oldest).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var keys, rates []string
 				var tats []int64
