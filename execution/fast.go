@@ -240,7 +240,7 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 	}
 	for _, id := range ids {
 		if p := plans[id].keys; p != nil && len(p.drops) > 0 {
-			b.Queue(fastDropKeysSQL, int16(id%stripeCount), id, p.drops)
+			b.Queue(fastDropKeysSQLs[id%stripeCount], int16(id%stripeCount), id, p.drops)
 		}
 	}
 	if len(w.execs.ids) > 0 {

@@ -98,7 +98,7 @@ func (s *Store) queueKeyReads(b *txBatch, tasks map[int64][]*op, want map[int64]
 		r.candidateLimit, r.perKey, r.oldest = keyReadWidths(level)
 		out[id] = r
 		stripe := int16(id % stripeCount)
-		b.Queue(keyRowsSQL, stripe, id, keys, r.candidateLimit).Query(func(rows pgx.Rows) error {
+		b.Queue(keyRowsSQLs[stripe], stripe, id, keys, r.candidateLimit).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var key string
 				var row keyRoundRow
@@ -113,7 +113,7 @@ func (s *Store) queueKeyReads(b *txBatch, tasks map[int64][]*op, want map[int64]
 			}
 			return rows.Err()
 		})
-		b.Queue(keyTicketsSQL, stripe, id, tickets, r.candidateLimit, r.perKey, r.oldest).Query(func(rows pgx.Rows) error {
+		b.Queue(keyTicketsSQLs[stripe], stripe, id, tickets, r.candidateLimit, r.perKey, r.oldest).Query(func(rows pgx.Rows) error {
 			return scanKeyTickets(rows, r)
 		})
 	}
@@ -135,12 +135,25 @@ func scanKeyTickets(rows pgx.Rows, r *keyReads) error {
 	return rows.Err()
 }
 
+// The keyed statements for each stripe (partitionsOf).
+var (
+	keyRowsSQLs          = partitionsOf(keyRowsSQL)
+	keyTicketsSQLs       = partitionsOf(keyTicketsSQL)
+	deleteKeyTicketsSQLs = partitionsOf(deleteKeyTicketsSQL)
+	insertKeyTicketsSQLs = partitionsOf(insertKeyTicketsSQL)
+	updateKeyTicketsSQLs = partitionsOf(updateKeyTicketsSQL)
+	upsertKeysSQLs       = partitionsOf(upsertKeysSQL)
+	refreshKeysSQLs      = partitionsOf(refreshKeysSQL)
+	dropKeysSQLs         = partitionsOf(dropKeysSQL)
+	fastDropKeysSQLs     = partitionsOf(fastDropKeysSQL)
+)
+
 // queueKeyWrites queues a keyed task's writes after its row's: tickets, then keys' rounds, waiter
 // counts and rows that go.
 func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 	stripe := int16(id % stripeCount)
 	if len(p.delete) > 0 {
-		b.Queue(deleteKeyTicketsSQL, stripe, id, p.delete)
+		b.Queue(deleteKeyTicketsSQLs[stripe], stripe, id, p.delete)
 	}
 	if len(p.insert) > 0 {
 		var ids, sessions, queued, offered, thresholds, windows []int64
@@ -153,14 +166,14 @@ func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 			keys, costs, priorities = append(keys, t.key), append(costs, int32(t.cost)), append(priorities, int32(t.priority))
 			direct = append(direct, t.direct)
 		}
-		b.Queue(insertKeyTicketsSQL, stripe, id, ids, keys, costs, priorities, sessions, queued, thresholds, windows, offered, direct)
+		b.Queue(insertKeyTicketsSQLs[stripe], stripe, id, ids, keys, costs, priorities, sessions, queued, thresholds, windows, offered, direct)
 	}
 	if len(p.update) > 0 {
 		var ids, queued, offered []int64
 		for _, t := range p.update {
 			ids, queued, offered = append(ids, t.id), append(queued, t.queuedUS), append(offered, t.offeredUS)
 		}
-		b.Queue(updateKeyTicketsSQL, stripe, id, ids, queued, offered)
+		b.Queue(updateKeyTicketsSQLs[stripe], stripe, id, ids, queued, offered)
 	}
 	if len(p.rounds) > 0 {
 		keys := slices.Sorted(maps.Keys(p.rounds))
@@ -168,7 +181,7 @@ func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 		for i, k := range keys {
 			passes[i], granted[i] = p.rounds[k].pass, p.rounds[k].grantedUS
 		}
-		b.Queue(upsertKeysSQL, stripe, id, keys, passes, granted)
+		b.Queue(upsertKeysSQLs[stripe], stripe, id, keys, passes, granted)
 	}
 	if len(p.deltas) > 0 {
 		keys := slices.Sorted(maps.Keys(p.deltas))
@@ -176,10 +189,10 @@ func queueKeyWrites(b *txBatch, id int64, p *keyPlan) {
 		for i, k := range keys {
 			deltas[i] = int32(p.deltas[k])
 		}
-		b.Queue(refreshKeysSQL, stripe, id, keys, deltas)
+		b.Queue(refreshKeysSQLs[stripe], stripe, id, keys, deltas)
 	}
 	if len(p.drops) > 0 {
-		b.Queue(dropKeysSQL, stripe, id, p.drops)
+		b.Queue(dropKeysSQLs[stripe], stripe, id, p.drops)
 	}
 }
 

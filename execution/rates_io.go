@@ -107,20 +107,8 @@ LEFT JOIN LATERAL (
 ) kr ON true
 WHERE r.stripe = $1 AND r.task_id = $2`
 
-// rateReadSQLs are rateReadSQL for each stripe, naming its partitions: every token transaction
-// runs it, and a cached generic plan over the partitioned tables locks all their 64 partitions
-// each time before pruning them (PostgreSQL 15), which cost the usual path about 15 %.
-var rateReadSQLs = func() (out [stripeCount]string) {
-	for i := range out {
-		r := strings.NewReplacer(
-			"taskling.key_ticket ", fmt.Sprintf("taskling.key_ticket_%02d ", i),
-			"taskling.task_key ", fmt.Sprintf("taskling.task_key_%02d ", i),
-			"taskling.task_rate ", fmt.Sprintf("taskling.task_rate_%02d ", i),
-			"taskling.key_rate ", fmt.Sprintf("taskling.key_rate_%02d ", i))
-		out[i] = r.Replace(rateReadSQL)
-	}
-	return out
-}()
+// rateReadSQLs are rateReadSQL for each stripe (partitionsOf).
+var rateReadSQLs = partitionsOf(rateReadSQL)
 
 // queueRateReads queues, for each task, the read of its rates; the map is filled once the batch
 // is sent (a task with no row gets an empty one).
@@ -201,20 +189,27 @@ ON CONFLICT (stripe, task_id, key) DO UPDATE SET tat_us = EXCLUDED.tat_us, tat_r
 	dropKeyRatesSQL = `DELETE FROM taskling.key_rate WHERE stripe = $1 AND task_id = $2 AND key = ANY($3::text[]) AND tat_us <= $4`
 )
 
+// The rate writes for each stripe (partitionsOf).
+var (
+	upsertTaskRateSQLs = partitionsOf(upsertTaskRateSQL)
+	upsertKeyRatesSQLs = partitionsOf(upsertKeyRatesSQL)
+	dropKeyRatesSQLs   = partitionsOf(dropKeyRatesSQL)
+)
+
 // queueRateWrites queues a rated task's writes.
 func queueRateWrites(b *txBatch, id int64, p *ratePlan) {
 	stripe := int16(id % stripeCount)
-	b.Queue(upsertTaskRateSQL, stripe, id, p.tat, p.tatDelta, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates, p.tatRate)
+	b.Queue(upsertTaskRateSQLs[stripe], stripe, id, p.tat, p.tatDelta, p.declaredRate, p.declaredKeyRate, p.declaredKeyRates, p.tatRate)
 	if len(p.keyDeltas) > 0 {
 		keys := slices.Sorted(maps.Keys(p.keyDeltas))
 		tats, deltas, rates := make([]int64, len(keys)), make([]int64, len(keys)), make([]string, len(keys))
 		for i, k := range keys {
 			tats[i], deltas[i], rates[i] = p.keyTATs[k], p.keyDeltas[k], p.keyTATRates[k]
 		}
-		b.Queue(upsertKeyRatesSQL, stripe, id, keys, tats, deltas, rates)
+		b.Queue(upsertKeyRatesSQLs[stripe], stripe, id, keys, tats, deltas, rates)
 	}
 	if len(p.drops) > 0 {
-		b.Queue(dropKeyRatesSQL, stripe, id, p.drops, p.nowUS)
+		b.Queue(dropKeyRatesSQLs[stripe], stripe, id, p.drops, p.nowUS)
 	}
 }
 
