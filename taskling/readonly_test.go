@@ -162,7 +162,8 @@ func withAdmin(t *testing.T, url string, f func(*pgx.Conn) error) error {
 
 // The fault as it happens: the writes move to a promoted standby while the old primary stays up
 // read-only, and the pool's connections to it stay healthy. Before the fix every start failed
-// with 25006 until the connections reached their lifetime (an hour by default).
+// with 25006 until the connections reached their lifetime (an hour by default). Then a rate's hold
+// on the new timeline (checkRateHoldAfterFailover).
 func TestClientFollowsFailoverFromPrimaryLeftReadOnly(t *testing.T) {
 	ctx := context.Background()
 	p, err := pgcluster.NewPair(ctx, &pgcluster.PairOptions{Dir: serverDir(t), Mode: pgcluster.Asynchronous})
@@ -208,4 +209,5 @@ func TestClientFollowsFailoverFromPrimaryLeftReadOnly(t *testing.T) {
 		})
 		return err == nil && n == 1
 	}, 10*time.Second, 50*time.Millisecond, "the client listens on the new primary")
+	checkRateHoldAfterFailover(t, pool)
 }

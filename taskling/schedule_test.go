@@ -121,10 +121,16 @@ func sleepUntilDB(t *testing.T, pool *pgxpool.Pool, at time.Time) {
 	}
 }
 
-// scheduledExecutions are the task's executions with ScheduledFor set, oldest instant first.
+// scheduledExecutions are the executions of app/cron with ScheduledFor set, oldest instant first.
 func scheduledExecutions(t *testing.T, c *taskling.Client) (ran, blocked []time.Time) {
 	t.Helper()
-	infos, err := c.LastExecutions(context.Background(), "app", "cron", 1000)
+	return scheduledExecutionsOf(t, c, "cron")
+}
+
+// scheduledExecutionsOf are those of app/task.
+func scheduledExecutionsOf(t *testing.T, c *taskling.Client, task string) (ran, blocked []time.Time) {
+	t.Helper()
+	infos, err := c.LastExecutions(context.Background(), "app", task, 1000)
 	require.NoError(t, err)
 	for _, in := range infos {
 		switch {
