@@ -49,6 +49,12 @@ func stripesOf(tasks []int64) []int {
 	return slices.Compact(out)
 }
 
+// PartitionsOf is partitionsOf, for the read side's statements (adminstore).
+func PartitionsOf(sql string) [stripeCount]string { return partitionsOf(sql) }
+
+// StripeOf is the stripe of task id (0019_stripes.sql).
+func StripeOf(id int64) int64 { return id % stripeCount }
+
 // partitionsOf is sql for each stripe, naming the stripe's partitions of the tables partitioned by
 // stripe (0022, 0023) instead of the partitioned tables. The token transactions' statements on
 // them run in every transaction of a keyed or rated task (the rate read in every one), and

@@ -152,6 +152,10 @@ LEFT JOIN LATERAL (
     WHERE k.stripe = r.stripe AND k.task_id = r.task_id AND k.key = ANY($2::text[])
 ) kr ON true`
 
+// rateStatesSQLs are rateStatesSQL for the tasks of one stripe (execution.PartitionsOf): a cached
+// generic plan naming the partitioned tables locks their 128 partitions at every read.
+var rateStatesSQLs = execution.PartitionsOf(rateStatesSQL)
+
 // querier runs a query: the pool or a transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
@@ -176,7 +180,11 @@ func (s *Store) readRateStates(ctx context.Context, q querier, ids []int64, keys
 	if keys == nil {
 		keys = []string{}
 	}
-	rows, err := q.Query(ctx, rateStatesSQL, ids, keys)
+	sql := rateStatesSQL
+	if stripe := execution.StripeOf(ids[0]); !slices.ContainsFunc(ids, func(id int64) bool { return execution.StripeOf(id) != stripe }) {
+		sql = rateStatesSQLs[stripe] // one stripe (a task's view): its partitions, not all 128 locked
+	}
+	rows, err := q.Query(ctx, sql, ids, keys)
 	if err != nil {
 		return nil, err
 	}
