@@ -82,18 +82,7 @@ func (s *Store) queueKeyReads(b *txBatch, tasks map[int64][]*op, want map[int64]
 		if !ok {
 			continue
 		}
-		keys := []string{}
-		tickets := []int64{}
-		for _, o := range tasks[id] {
-			if a := o.acquire; a != nil {
-				if !slices.Contains(keys, a.Key) {
-					keys = append(keys, a.Key)
-				}
-				if t := a.ticket(); t != 0 {
-					tickets = append(tickets, t)
-				}
-			}
-		}
+		keys, tickets := requested(tasks[id], []string{})
 		r := &keyReads{rounds: map[string]keyRoundRow{}, heartbeats: map[int64]int64{}, final: level >= maxKeyLevel}
 		r.candidateLimit, r.perKey, r.oldest = keyReadWidths(level)
 		out[id] = r
@@ -118,6 +107,22 @@ func (s *Store) queueKeyReads(b *txBatch, tasks map[int64][]*op, want map[int64]
 		})
 	}
 	return out
+}
+
+// requested are the keys (after those of keys) and tickets of ops' acquisitions.
+func requested(ops []*op, keys []string) ([]string, []int64) {
+	tickets := []int64{}
+	for _, o := range ops {
+		if a := o.acquire; a != nil {
+			if !slices.Contains(keys, a.Key) {
+				keys = append(keys, a.Key)
+			}
+			if t := a.ticket(); t != 0 {
+				tickets = append(tickets, t)
+			}
+		}
+	}
+	return keys, tickets
 }
 
 func scanKeyTickets(rows pgx.Rows, r *keyReads) error {

@@ -2,6 +2,7 @@ package execution
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -45,16 +46,8 @@ func (s *Store) noteRates(id int64, r *rateRow, dbUS int64) {
 		a.by = map[int64]rateAnchor{}
 	}
 	c := *r
-	c.keyTATs, c.keyTATRates = cloneMap(r.keyTATs), cloneMap(r.keyTATRates)
+	c.keyTATs, c.keyTATRates = maps.Clone(r.keyTATs), maps.Clone(r.keyTATRates)
 	a.by[id] = rateAnchor{rates: c, dbUS: dbUS, local: time.Now()}
-}
-
-func cloneMap[K comparable, V any](m map[K]V) map[K]V {
-	out := make(map[K]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // anchorOf is task id's anchor, and the database clock it estimates now (never ahead of it, but

@@ -115,18 +115,7 @@ var rateReadSQLs = partitionsOf(rateReadSQL)
 func (s *Store) queueRateReads(b *txBatch, tasks map[int64][]*op, want map[int64]int) map[int64]*rateRow {
 	out := map[int64]*rateRow{}
 	for _, id := range slices.Sorted(maps.Keys(tasks)) {
-		keys := []string{""}
-		tickets := []int64{}
-		for _, o := range tasks[id] {
-			if a := o.acquire; a != nil {
-				if !slices.Contains(keys, a.Key) {
-					keys = append(keys, a.Key)
-				}
-				if t := a.ticket(); t != 0 {
-					tickets = append(tickets, t)
-				}
-			}
-		}
+		keys, tickets := requested(tasks[id], []string{""})
 		candidates, oldest := 0, 0
 		if level, ok := s.keyReadsWanted(id, want); ok {
 			candidates, _, oldest = keyReadWidths(level)

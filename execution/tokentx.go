@@ -206,8 +206,9 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		st.keyReads = keyReads[id]
 		if r := rateReads[id]; r != nil {
 			st.rates = r
-			s.noteRated(id, r.configured())
-			s.noteRates(id, r, nowUS)
+			if s.noteRated(id, r.configured()); r.configured() {
+				s.noteRates(id, r, nowUS) // for refusals on the cached state (rates_fast.go)
+			}
 		}
 		if h, ok := taskHandoffs[id]; ok {
 			settleHandoffs(h, nowUS)

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -230,17 +229,6 @@ func scanRateState(row pgx.Row) (rateState, int64, error) {
 	return st, id, err
 }
 
-// nextAllowed is how long after nowUS a start of cost 1 fits r with theoretical arrival time
-// tatUS: max(0, tat − (burst−1)·T − now), T = Per/Count rounded up to the µs (docs/rates.md).
-// 0 for no rate.
-func nextAllowed(r execution.Rate, tatUS, nowUS int64) time.Duration {
-	if r.IsZero() || r.Count <= 0 {
-		return 0
-	}
-	t := max(1, (r.Per.Microseconds()+int64(r.Count)-1)/int64(r.Count))
-	return max(0, time.Duration(tatUS-int64(max(r.Burst, 1)-1)*t-nowUS)*time.Microsecond)
-}
-
 // applyTaskRates sets the task's rates in force, their sources and NextAllowed from st.
 func applyTaskRates(t *tasklingtype.TaskInfo, st rateState) {
 	t.Overrides.Rate, t.Overrides.KeyRate = publicRate(st.o.Rate), publicRate(st.o.KeyRate)
@@ -255,7 +243,7 @@ func applyTaskRates(t *tasklingtype.TaskInfo, st rateState) {
 	}
 	t.Rate, t.RateSource = pick(st.o.Rate, st.declared.Rate)
 	t.KeyRate, t.KeyRateSource = pick(st.o.KeyRate, st.declared.KeyRate)
-	t.NextAllowed = nextAllowed(execution.Rate(t.Rate), st.tat, st.now) // a burst of 0 counts as 1
+	t.NextAllowed = execution.NextAllowed(execution.Rate(t.Rate), st.tat, st.now) // a burst of 0 counts as 1
 }
 
 // publicRate is a stored override as the public type holds it.
@@ -285,7 +273,7 @@ func applyKeyRate(k *tasklingtype.KeyInfo, st rateState) {
 	}
 	k.Rate, k.RateSource = shown(r), keySource(present, source)
 	if tat, ok := st.keyTATs[k.Key]; ok {
-		k.NextAllowed = nextAllowed(r, tat, st.now)
+		k.NextAllowed = execution.NextAllowed(r, tat, st.now)
 	}
 }
 
