@@ -185,3 +185,28 @@ func TestRateStringIsTheProtocolsString(t *testing.T) {
 		}
 	}
 }
+
+// TestOneUnreadableRateNeverFailsTheTaskList: a task whose stored rate does not read (a row
+// written by hand, or damaged) is listed without its rates, beside the others with theirs; its own
+// view says what does not read.
+func TestOneUnreadableRateNeverFailsTheTaskList(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withRates(5, taskling.Rate{Count: 3, Per: time.Hour}, taskling.Rate{}))
+	b.start(t, nil)
+	b.task = "other"
+	b.start(t, nil)
+	b.exec(t, `UPDATE taskling.task_rate r SET declared_rate = 'x/"\'||chr(7)||'é' FROM taskling.task_definition d
+        WHERE d.id = r.task_id AND d.task_name = 'task'`)
+	page, err := b.client.Tasks(b.ctx, nil)
+	require.NoError(t, err, "one bad row does not fail the list")
+	require.Len(t, page.Tasks, 2)
+	for _, ti := range page.Tasks {
+		if ti.Task == "other" {
+			require.Equal(t, "3/1h", ti.Rate.String(), "the readable task keeps its rate")
+		} else {
+			require.True(t, ti.Rate.IsZero(), "the unreadable one is listed without")
+		}
+	}
+	_, err = b.client.Task(b.ctx, b.app, "task")
+	require.ErrorContains(t, err, "stored rate", "its own view reports it")
+}

@@ -2,6 +2,7 @@ package adminstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -187,46 +188,49 @@ func (s *Store) readRateStates(ctx context.Context, q querier, ids []int64, keys
 	if err != nil {
 		return nil, err
 	}
+	var bad error
 	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
-		st, id, err := scanRateState(row)
-		out[id] = st
-		return struct{}{}, err
+		st, id, decodeErr, err := scanRateState(row)
+		switch {
+		case err != nil:
+			return struct{}{}, err
+		case decodeErr != nil:
+			// One task's unreadable rate must not fail a list: the list shows that task without
+			// rates, and the task's own view reports the error.
+			bad = fmt.Errorf("task %d: %w", id, decodeErr)
+		default:
+			out[id] = st
+		}
+		return struct{}{}, nil
 	})
+	if err == nil && len(ids) == 1 {
+		err = bad
+	}
 	return out, err
 }
 
-// scanRateState scans a row of rateStatesSQL.
-func scanRateState(row pgx.Row) (rateState, int64, error) {
-	st := rateState{keyTATs: map[string]int64{}}
-	var id int64
+// scanRateState scans a row of rateStatesSQL: err is the scan's, decodeErr that of a stored value
+// that does not read.
+func scanRateState(row pgx.Row) (st rateState, id int64, decodeErr, err error) {
+	st.keyTATs = map[string]int64{}
 	var rate, keyRate *string
 	var keyRates, dRate, dKeyRate, dKeyRates string
 	var names []string
 	var tats []int64
-	err := row.Scan(&id, &rate, &keyRate, &keyRates, &dRate, &dKeyRate, &dKeyRates, &st.tat, &names, &tats, &st.now)
-	if err != nil {
-		return st, id, err
+	if err := row.Scan(&id, &rate, &keyRate, &keyRates, &dRate, &dKeyRate, &dKeyRates, &st.tat, &names, &tats, &st.now); err != nil {
+		return st, id, nil, err
 	}
 	for i, k := range names {
 		st.keyTATs[k] = tats[i]
 	}
-	if st.o.Rate, err = decodeOverride(rate); err != nil {
-		return st, id, err
-	}
-	if st.o.KeyRate, err = decodeOverride(keyRate); err != nil {
-		return st, id, err
-	}
-	if st.o.KeyRates, err = execution.ParseKeyRates(keyRates); err != nil {
-		return st, id, err
-	}
-	if st.declared.Rate, err = execution.DecodeRate(dRate); err != nil {
-		return st, id, err
-	}
-	if st.declared.KeyRate, err = execution.DecodeRate(dKeyRate); err != nil {
-		return st, id, err
-	}
-	st.declared.KeyRates, err = execution.ParseKeyRates(dKeyRates)
-	return st, id, err
+	var errs [6]error
+	st.o.Rate, errs[0] = decodeOverride(rate)
+	st.o.KeyRate, errs[1] = decodeOverride(keyRate)
+	st.o.KeyRates, errs[2] = execution.ParseKeyRates(keyRates)
+	st.declared.Rate, errs[3] = execution.DecodeRate(dRate)
+	st.declared.KeyRate, errs[4] = execution.DecodeRate(dKeyRate)
+	st.declared.KeyRates, errs[5] = execution.ParseKeyRates(dKeyRates)
+	return st, id, errors.Join(errs[:]...), nil
 }
 
 // applyTaskRates sets the task's rates in force, their sources and NextAllowed from st.
