@@ -67,13 +67,15 @@ func (r *rateRow) apply(o *Overrides, declared *Settings) error {
 	return err
 }
 
-// noteRated remembers whether task id is under a rate, as its last read found it.
-func (s *Store) noteRated(id int64, rated bool) {
-	if rated {
-		s.rated.Store(id, true)
-	} else {
+// noteRated remembers whether task id is under a rate, as its last read (at nowUS) found it, and
+// if so what it read, for refusals on the cached state (rates_fast.go).
+func (s *Store) noteRated(id int64, r *rateRow, nowUS int64) {
+	if !r.configured() {
 		s.rated.Delete(id)
+		return
 	}
+	s.rated.Store(id, true)
+	s.noteRates(id, r, nowUS)
 }
 
 // isRated reports whether task id was under a rate when last read.

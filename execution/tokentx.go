@@ -206,9 +206,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		st.keyReads = keyReads[id]
 		if r := rateReads[id]; r != nil {
 			st.rates = r
-			if s.noteRated(id, r.configured()); r.configured() {
-				s.noteRates(id, r, nowUS) // for refusals on the cached state (rates_fast.go)
-			}
+			s.noteRated(id, r, nowUS)
 		}
 		if h, ok := taskHandoffs[id]; ok {
 			settleHandoffs(h, nowUS)
