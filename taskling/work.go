@@ -363,13 +363,17 @@ func (w *worker) run(runCtx context.Context, exec *Execution) {
 // watchCancel cancels exec's run when an operator cancels its submission. A wake is not a cancel by
 // itself: the listener wakes every subscriber when it reconnects (anything may have been missed),
 // so the submission is read, and its run cancelled only if a cancel was requested; a read that
-// fails is tried again.
+// fails is tried again, and the submission is read every poll interval too.
 func (w *worker) watchCancel(exec *Execution, cancelled <-chan struct{}, done <-chan struct{}) {
-	check := cancelled
+	// As every subscriber, it also polls: a notification sent before the listener was ready (or
+	// while it reconnected) is not delivered.
+	poll := time.NewTicker(w.c.maxPoll)
+	defer poll.Stop()
 	var retry <-chan time.Time
 	for {
 		select {
-		case <-check:
+		case <-cancelled:
+		case <-poll.C:
 		case <-retry:
 		case <-done:
 			return
