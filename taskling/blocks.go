@@ -212,28 +212,6 @@ func (e *Execution) setBlockStatus(ctx context.Context, id int64, attempt int, s
 // at most r.MaxSize numbers; with MaxBlocks, only as many new blocks as fit are created (continue
 // with ContinueFromLast).
 func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *BlockOptions) ([]*Block, error) {
-	newBlocks := func(last *blockstore.BlockEnd, room int) (blockstore.NewBlocks, error) {
-		from := r.From
-		if opts != nil && opts.ContinueFromLast && last != nil && last.Number >= from {
-			if last.Number == math.MaxInt64 {
-				return blockstore.NewBlocks{}, nil
-			}
-			from = last.Number + 1
-		}
-		var nb blockstore.NewBlocks
-		for f := from; f <= r.To && room != 0; room-- {
-			t := r.To
-			if r.To-f >= r.MaxSize {
-				t = f + r.MaxSize - 1
-			}
-			nb.FromNumbers, nb.ToNumbers = append(nb.FromNumbers, f), append(nb.ToNumbers, t)
-			if t == r.To {
-				break
-			}
-			f = t + 1
-		}
-		return nb, nil
-	}
 	if err := wantsNew(opts, func() error {
 		switch {
 		case r.MaxSize < 1:
@@ -252,7 +230,7 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 	}); err != nil {
 		return nil, err
 	}
-	rows, err := e.takeBlocks(ctx, codes.BlockNumeric, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockNumeric, opts, &blockstore.Ranges{From: r.From, To: r.To, MaxSize: r.MaxSize}, nil)
 	return e.blocks(rows), err
 }
 
@@ -261,22 +239,6 @@ func (e *Execution) NumericBlocks(ctx context.Context, r NumericRange, opts *Blo
 func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOptions) ([]*Block, error) {
 	// The database keeps microseconds: blocks are cut on them, so no block shrinks to nothing.
 	r.From, r.To, r.MaxSpan = r.From.Truncate(time.Microsecond), r.To.Truncate(time.Microsecond), r.MaxSpan.Truncate(time.Microsecond)
-	newBlocks := func(last *blockstore.BlockEnd, room int) (blockstore.NewBlocks, error) {
-		from := r.From
-		if opts != nil && opts.ContinueFromLast && last != nil && last.Date.After(from) {
-			from = last.Date
-		}
-		var nb blockstore.NewBlocks
-		for f := from; f.Before(r.To) && room != 0; room-- {
-			t := f.Add(r.MaxSpan)
-			if t.After(r.To) {
-				t = r.To
-			}
-			nb.FromDates, nb.ToDates = append(nb.FromDates, f), append(nb.ToDates, t)
-			f = t
-		}
-		return nb, nil
-	}
 	if err := wantsNew(opts, func() error {
 		switch {
 		case r.MaxSpan < time.Microsecond:
@@ -292,7 +254,7 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 	}); err != nil {
 		return nil, err
 	}
-	rows, err := e.takeBlocks(ctx, codes.BlockDate, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockDate, opts, &blockstore.Ranges{FromDate: r.From, ToDate: r.To, MaxSpan: r.MaxSpan}, nil)
 	return e.blocks(rows), err
 }
 
@@ -313,10 +275,10 @@ func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockO
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
+	newBlocks := func() (blockstore.NewBlocks, error) {
 		return blockstore.NewBlocks{Values: encoded}, nil
 	}
-	rows, err := e.takeBlocks(ctx, codes.BlockObject, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockObject, opts, nil, newBlocks)
 	return e.blocks(rows), err
 }
 
@@ -361,17 +323,17 @@ func (o *BlockOptions) validate() error {
 	return nil
 }
 
-// takeBlocks runs one request for blocks of kind.
-func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptions,
-	newBlocks func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error)) ([]blockstore.BlockRow, error) {
+// takeBlocks runs one request for blocks of kind, whose new blocks are ranges (numeric, date) or
+// made by newBlocks (list, object).
+func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptions, ranges *blockstore.Ranges,
+	newBlocks func() (blockstore.NewBlocks, error)) ([]blockstore.BlockRow, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
 	if err := e.blockWrite(); err != nil {
 		return nil, err
 	}
-	req := blockstore.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks,
-		Uncapped: kind == codes.BlockList || kind == codes.BlockObject}
+	req := blockstore.TakeBlocksRequest{TaskID: e.taskID, ExecutionID: e.id, Kind: kind, New: newBlocks, Ranges: ranges}
 	if o := opts; o != nil {
 		req.Max = o.MaxBlocks
 		if p := o.ReprocessDead; p != nil {
@@ -382,10 +344,10 @@ func (e *Execution) takeBlocks(ctx context.Context, kind int16, opts *BlockOptio
 		}
 		req.Continue = o.ContinueFromLast
 		if o.OnlyOld {
-			req.New = nil
+			req.New, req.Ranges = nil, nil
 		}
 		if r := o.Reprocess; r != nil {
-			req.Reference, req.ReferenceAll, req.New = &r.ReferenceValue, r.All, nil
+			req.Reference, req.ReferenceAll, req.New, req.Ranges = &r.ReferenceValue, r.All, nil, nil
 		}
 	}
 	return e.c.blocks.TakeBlocks(ctx, req)
@@ -569,14 +531,14 @@ func (e *Execution) ListBlocks(ctx context.Context, r ListBlocksRequest, opts *B
 	}); err != nil {
 		return nil, err
 	}
-	newBlocks := func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
+	newBlocks := func() (blockstore.NewBlocks, error) {
 		nb := blockstore.NewBlocks{Header: header}
 		for i := 0; i < len(items); i += r.MaxBlockSize {
 			nb.Items = append(nb.Items, items[i:min(i+r.MaxBlockSize, len(items))])
 		}
 		return nb, nil
 	}
-	rows, err := e.takeBlocks(ctx, codes.BlockList, opts, newBlocks)
+	rows, err := e.takeBlocks(ctx, codes.BlockList, opts, nil, newBlocks)
 	if err != nil {
 		return nil, err
 	}

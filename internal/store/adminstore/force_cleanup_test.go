@@ -22,9 +22,7 @@ func (b *testBundle) oldCompletedBlocks(t *testing.T) int64 {
 	t.Helper()
 	res := b.acquire(t, -1)
 	rows, err := b.blocks.TakeBlocks(b.ctx, blockstore.TakeBlocksRequest{TaskID: b.taskID, ExecutionID: res.ExecutionID, Kind: codes.BlockNumeric,
-		New: func(*blockstore.BlockEnd, int) (blockstore.NewBlocks, error) {
-			return blockstore.NewBlocks{FromNumbers: []int64{1, 11}, ToNumbers: []int64{10, 20}}, nil
-		}})
+		Ranges: &blockstore.Ranges{From: 1, To: 20, MaxSize: 10}})
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	for _, r := range rows {

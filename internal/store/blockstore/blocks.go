@@ -16,6 +16,7 @@ import (
 
 	"github.com/georgysavva/scany/v2/pgxscan"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype/zeronull"
 
 	"github.com/taskling-go/taskling/execution"
@@ -46,15 +47,13 @@ type TakeBlocksRequest struct {
 	// value: those not completed, or all of them with ReferenceAll. Nothing else is taken.
 	Reference    *string
 	ReferenceAll bool
-	// New creates the new blocks, given the end of the task's last block of this kind (nil if
-	// none, or without Continue) and how many may be created (-1: any number). nil: no new blocks.
-	New func(last *BlockEnd, room int) (NewBlocks, error)
-	// Continue: the new blocks continue from the last one, so their creation is serialized per
-	// task (numeric and date blocks).
+	// New makes the new list or object blocks (all are created, whatever Max: their items exist
+	// only in this request); Ranges, the new numeric or date ones. Neither: no new blocks.
+	New    func() (NewBlocks, error)
+	Ranges *Ranges
+	// Continue: the new ranges continue from the end of the task's last block of the kind, so
+	// their creation is serialized per task.
 	Continue bool
-	// Uncapped: every new block is created and taken, whatever Max (list and object blocks: their
-	// items exist only in this request).
-	Uncapped bool
 }
 
 // retryLimit is what the blocks taken record as their retry limit.
@@ -68,23 +67,24 @@ func (r TakeBlocksRequest) retryLimit() int {
 	return n
 }
 
-// BlockEnd is where the task's last block of a kind ends: the greatest to_number or to_date.
-type BlockEnd struct {
-	Number int64
-	Date   time.Time
+// Ranges are new numeric blocks (MaxSize > 0: From to To, at most MaxSize numbers each) or date
+// blocks ([FromDate, ToDate), at most MaxSpan each), cut by the database
+// (taskling.numeric_block_ranges, taskling.date_block_ranges) in the statement that inserts them.
+type Ranges struct {
+	From, To, MaxSize int64
+	FromDate, ToDate  time.Time
+	MaxSpan           time.Duration
 }
 
-// NewBlocks are blocks to create, all of the request's kind.
+// NewBlocks are list or object blocks to create, all of the request's kind.
 type NewBlocks struct {
-	FromNumbers, ToNumbers []int64
-	FromDates, ToDates     []time.Time
-	Values                 [][]byte   // object values
-	Header                 []byte     // list blocks' header
-	Items                  [][][]byte // list blocks' items, one slice per block
+	Values [][]byte   // object values
+	Header []byte     // list blocks' header
+	Items  [][][]byte // list blocks' items, one slice per block
 }
 
 func (n NewBlocks) count() int {
-	return max(len(n.FromNumbers), len(n.FromDates), len(n.Values), len(n.Items))
+	return max(len(n.Values), len(n.Items))
 }
 
 // BlockRow is a block as taken or listed.
@@ -245,27 +245,60 @@ FROM claimed b JOIN cand ON cand.id = b.id
 ORDER BY b.created_at, b.id`
 
 // blockLockClass is the first key of the advisory lock that serializes the creation of a task's
-// new blocks (the second is the task id): "tkbl".
+// continued ranges (the second is the task id): "tkbl".
 const blockLockClass = 0x746b626c
 
-const lastBlockEndSQL = `SELECT max(to_number), max(to_date) FROM taskling.block WHERE task_id = $1 AND kind = $2`
-
-// insertBlocksSQL creates the new blocks of execution $2 (first attempt) for task $1, kind $3;
-// a range that exists already is skipped.
+// insertBlocksSQL creates the new list or object blocks of execution $2 (first attempt) for task
+// $1, kind $3.
 const insertBlocksSQL = `
 WITH nb AS (
-    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, from_date, to_date, value, item_count, retry_limit)
-    SELECT $1, $3, $2, fn, tn, fd, td, v, coalesce(ic, 0), $10
-    FROM unnest($4::bigint[], $5::bigint[], $6::timestamptz[], $7::timestamptz[], $8::jsonb[], $9::integer[])
-        WITH ORDINALITY AS u(fn, tn, fd, td, v, ic, ord)
+    INSERT INTO taskling.block (task_id, kind, execution_id, value, item_count, retry_limit)
+    SELECT $1, $3, $2, v, coalesce(ic, 0), $6
+    FROM unnest($4::jsonb[], $5::integer[]) WITH ORDINALITY AS u(v, ic, ord)
     ORDER BY ord
+    RETURNING *
+), attempt AS (
+    INSERT INTO taskling.block_attempt (block_id, attempt, execution_id) SELECT id, 1, $2 FROM nb
+), p AS (
+    UPDATE taskling.task_execution SET items_done = coalesce(items_done, 0) + $8,
+        items_total = coalesce(items_total, 0) + $7 + (SELECT coalesce(sum(taskling.block_units(b)), 0) FROM nb b)
+    WHERE id = $2
+)
+SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
+    b.item_count, b.created_at, b.attempts, b.status, b.execution_id, false AS forced, 0::bigint AS items_done
+FROM nb b ORDER BY b.id`
+
+// insertRangesSQL creates the numeric ($3 = 1: $4 to $5, at most $6 numbers each) or date ($3 =
+// 2: $7 to $8, at most $9 each) blocks of execution $2 (first attempt) for task $1, at most $10
+// (negative: no cap), after the end of the task's last block of the kind when $11 (read here, so
+// that the block lock taken before it is held for no round trip; by block_numeric_end_idx or
+// block_date_end_idx: each kind a literal, so that a generic plan matches the partial index). A
+// range that exists already is skipped.
+const insertRangesSQL = `
+WITH nb AS (
+    INSERT INTO taskling.block (task_id, kind, execution_id, from_number, to_number, from_date, to_date, retry_limit)
+    SELECT $1, $3, $2, r.fn, r.tn, r.fd, r.td, $12
+    FROM (
+        SELECT n.from_number AS fn, n.to_number AS tn, NULL::timestamptz AS fd, NULL::timestamptz AS td, n.ord
+        FROM taskling.numeric_block_ranges(
+            CASE WHEN $11 THEN (SELECT max(b.to_number) FROM taskling.block b WHERE b.task_id = $1 AND b.kind = 1) END,
+            $4, $5, $6, $10) WITH ORDINALITY AS n(from_number, to_number, ord)
+        WHERE $3::smallint = 1
+        UNION ALL
+        SELECT NULL, NULL, d.from_date, d.to_date, d.ord
+        FROM taskling.date_block_ranges(
+            CASE WHEN $11 THEN (SELECT max(b.to_date) FROM taskling.block b WHERE b.task_id = $1 AND b.kind = 2) END,
+            $7, $8, $9::interval, $10) WITH ORDINALITY AS d(from_date, to_date, ord)
+        WHERE $3::smallint = 2
+    ) r
+    ORDER BY r.ord
     ON CONFLICT DO NOTHING
     RETURNING *
 ), attempt AS (
     INSERT INTO taskling.block_attempt (block_id, attempt, execution_id) SELECT id, 1, $2 FROM nb
 ), p AS (
-    UPDATE taskling.task_execution SET items_done = coalesce(items_done, 0) + $12,
-        items_total = coalesce(items_total, 0) + $11 + (SELECT coalesce(sum(taskling.block_units(b)), 0) FROM nb b)
+    UPDATE taskling.task_execution SET items_done = coalesce(items_done, 0) + $14,
+        items_total = coalesce(items_total, 0) + $13 + (SELECT coalesce(sum(taskling.block_units(b)), 0) FROM nb b)
     WHERE id = $2
 )
 SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_date, b.value,
@@ -303,6 +336,10 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 		if err == nil {
 			return out, nil
 		}
+		if pgErr := (*pgconn.PgError)(nil); req.Ranges != nil && errors.As(err, &pgErr) && pgErr.Code == "42883" {
+			// Undefined function: a binary of this release on a database not yet migrated.
+			return nil, fmt.Errorf("take blocks of task %d: numeric and date blocks need migration 0024 (run migrations.Up): %w", req.TaskID, err)
+		}
 		if !execution.IsRetryable(err) || attempt >= 5 {
 			return nil, fmt.Errorf("take blocks of task %d: %w", req.TaskID, err)
 		}
@@ -310,10 +347,10 @@ func (s *Store) TakeBlocks(ctx context.Context, req TakeBlocksRequest) ([]BlockR
 }
 
 // takeBlocks is TakeBlocks' transaction, in as few round trips as the request allows: with no
-// dead or failed blocks to take, BEGIN, the forced blocks' claim and (for blocks that continue
-// from the last one) the task's block lock and the read of its last block go in the first, and
-// the new blocks' insert with COMMIT in the second, so that the lock is held for one round trip.
-// The blocks taken join *out as their statements are sent (the last ones with COMMIT).
+// dead or failed blocks to take, BEGIN and the forced blocks' claim go in the first, and the new
+// blocks' insert with COMMIT in the second — after the task's block lock for ranges that continue
+// from the last one, so that the lock is held while the server inserts and commits, for no round
+// trip. The blocks taken join *out as their statements are sent (the last ones with COMMIT).
 func (s *Store) takeBlocks(ctx context.Context, p *execution.Pipeline, req TakeBlocksRequest, out *[]BlockRow) error {
 	room := func() int {
 		if req.Max <= 0 {
@@ -345,12 +382,6 @@ func (s *Store) takeBlocks(ctx context.Context, p *execution.Pipeline, req TakeB
 		return nil
 	}
 	claim(claimForcedSQL, true)
-	retakes := req.Dead != nil || req.Failed != nil
-	var last lastBlock
-	continues := req.New != nil && req.Continue && (req.Kind == codes.BlockNumeric || req.Kind == codes.BlockDate)
-	if continues && !retakes {
-		last.queue(p, req)
-	}
 	if err := p.Send(ctx); err != nil {
 		return err
 	}
@@ -371,18 +402,12 @@ func (s *Store) takeBlocks(ctx context.Context, p *execution.Pipeline, req TakeB
 			return err
 		}
 	}
-	if req.New != nil && (room() > 0 || req.Uncapped) {
-		if continues && retakes {
-			last.queue(p, req)
-			if err := p.Send(ctx); err != nil {
-				return err
-			}
-		}
-		r := room()
-		if req.Uncapped {
-			r = math.MaxInt32
-		}
-		counted, err := s.createBlocks(ctx, p, req, last.end(), r, out)
+	switch {
+	case req.Ranges != nil && room() > 0:
+		queueRanges(p, req, room(), out)
+		return nil
+	case req.New != nil:
+		counted, err := s.createBlocks(ctx, p, req, out)
 		if err != nil || counted {
 			return err
 		}
@@ -391,26 +416,36 @@ func (s *Store) takeBlocks(ctx context.Context, p *execution.Pipeline, req TakeB
 	return nil
 }
 
-// lastBlock is where the task's last block of a kind ends, read under the task's block lock, so
-// that two executions that continue from it at once never create overlapping ranges.
-type lastBlock struct {
-	number *int64
-	date   *time.Time
-}
-
-func (l *lastBlock) queue(p *execution.Pipeline, req TakeBlocksRequest) {
-	p.Queue(`SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID))
-	p.Queue(lastBlockEndSQL, req.TaskID, req.Kind).QueryRow(func(row pgx.Row) error { return row.Scan(&l.number, &l.date) })
-}
-
-func (l *lastBlock) end() *BlockEnd {
-	switch {
-	case l.number != nil:
-		return &BlockEnd{Number: *l.number}
-	case l.date != nil:
-		return &BlockEnd{Date: *l.date}
+// queueRanges queues the creation of req's new numeric or date blocks, at most room of them
+// (math.MaxInt32: no cap), with the addition of them and of the blocks claimed before them to the
+// execution's progress; ranges that continue from the last one take the task's block lock first.
+// The created blocks join *out when the statement is sent.
+func queueRanges(p *execution.Pipeline, req TakeBlocksRequest, room int, out *[]BlockRow) {
+	if room == math.MaxInt32 {
+		room = -1
 	}
-	return nil
+	if req.Continue {
+		p.Queue(`SELECT pg_advisory_xact_lock($1, $2::integer)`, int32(blockLockClass), int32(req.TaskID))
+	}
+	r := req.Ranges
+	var fn, tn, size *int64
+	var fd, td *time.Time
+	var span *time.Duration
+	if req.Kind == codes.BlockNumeric {
+		fn, tn, size = &r.From, &r.To, &r.MaxSize
+	} else {
+		fd, td, span = &r.FromDate, &r.ToDate, &r.MaxSpan
+	}
+	done, total := progressOf(*out)
+	p.Queue(insertRangesSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, size, fd, td, span, int32(room), req.Continue,
+		req.retryLimit(), total, done).Query(func(rows pgx.Rows) error {
+		var created []BlockRow
+		if err := pgxscan.ScanAll(&created, rows); err != nil {
+			return err
+		}
+		*out = append(*out, created...)
+		return nil
+	})
 }
 
 // progressOf is what blocks taken add to their execution's progress.
@@ -431,16 +466,12 @@ func queueProgress(p *execution.Pipeline, exec int64, blocks []BlockRow) {
 	}
 }
 
-// createBlocks queues the creation of req's new blocks after last (the end of the task's last
-// block, read under its block lock, when they continue from it) with the addition of them and of
-// the blocks claimed before them to the execution's progress (counted; not when there was nothing
-// to create). The created blocks join *out when the statement is sent; list blocks' items are
-// copied after it.
-func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req TakeBlocksRequest, last *BlockEnd, room int, out *[]BlockRow) (counted bool, _ error) {
-	if room == math.MaxInt32 {
-		room = -1
-	}
-	nb, err := req.New(last, room)
+// createBlocks queues the creation of req's new list or object blocks (all of them: they are
+// uncapped) with the addition of them and of the blocks claimed before them to the execution's
+// progress (counted; not when there was nothing to create). The created blocks join *out when the
+// statement is sent; list blocks' items are copied after it.
+func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req TakeBlocksRequest, out *[]BlockRow) (counted bool, _ error) {
+	nb, err := req.New()
 	if err != nil {
 		return false, err
 	}
@@ -448,8 +479,6 @@ func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req Tak
 	if n == 0 {
 		return false, nil
 	}
-	fn, tn := make([]*int64, n), make([]*int64, n)
-	fd, td := make([]*time.Time, n), make([]*time.Time, n)
 	vals, counts := make([]*string, n), make([]*int32, n) // jsonb as text: every exec mode types it
 	text := func(b []byte) *string {
 		if b == nil {
@@ -460,10 +489,6 @@ func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req Tak
 	}
 	for i := range n {
 		switch req.Kind {
-		case codes.BlockNumeric:
-			fn[i], tn[i] = &nb.FromNumbers[i], &nb.ToNumbers[i]
-		case codes.BlockDate:
-			fd[i], td[i] = &nb.FromDates[i], &nb.ToDates[i]
 		case codes.BlockObject:
 			vals[i] = text(nb.Values[i])
 		case codes.BlockList:
@@ -474,8 +499,7 @@ func (s *Store) createBlocks(ctx context.Context, p *execution.Pipeline, req Tak
 	}
 	done, total := progressOf(*out)
 	var created []BlockRow
-	p.Queue(insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, fn, tn, fd, td, vals, counts,
-		req.retryLimit(), total, done).Query(func(rows pgx.Rows) error {
+	p.Queue(insertBlocksSQL, req.TaskID, req.ExecutionID, req.Kind, vals, counts, req.retryLimit(), total, done).Query(func(rows pgx.Rows) error {
 		if err := pgxscan.ScanAll(&created, rows); err != nil {
 			return err
 		}
