@@ -3,6 +3,7 @@ package taskling_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,6 +158,45 @@ func TestWorkClaimsOnlySubmissionsWhoseKeyHasRoom(t *testing.T) {
 	}
 	require.Equal(t, 2, b.waitStatus(t, last, taskling.SubmissionCompleted).Cost)
 	require.Equal(t, map[string]int{"a": 1, "b": 2}, most)
+}
+
+// TestWorkHonoursAKeyLimitOnlyTheOperatorSet: a task declared without keys, whose KeyLimit the
+// operator overrode to 1, holds its unkeyed submissions (key "") to one at a time, and its idle
+// workers sit on no claim for them meanwhile (the claim's one-round-trip path for unkeyed tasks
+// yields to the full claim once the operator limits keys).
+func TestWorkHonoursAKeyLimitOnlyTheOperatorSet(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(4))
+	one := 1
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, b.app, b.task, taskling.SettingsUpdate{KeyLimit: &one}))
+	var subs []int64
+	for range 3 {
+		id, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+		require.NoError(t, err)
+		subs = append(subs, id)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	done := func() { once.Do(func() { close(release) }) }
+	var running, most atomic.Int32
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		running.Add(-1)
+		return nil
+	}, &taskling.WorkOptions{Workers: 3})
+	t.Cleanup(done)
+	b.waitStatus(t, subs[0], taskling.SubmissionInProgress)
+	time.Sleep(300 * time.Millisecond) // the idle workers try to claim meanwhile
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.submission WHERE status = 1 AND claimed_by IS NOT NULL`),
+		"no worker sits on a claim for the full key \"\"")
+	done()
+	for _, id := range subs {
+		require.Equal(t, 1, b.waitStatus(t, id, taskling.SubmissionCompleted).Attempts)
+	}
+	require.EqualValues(t, 1, most.Load())
 }
 
 // TestASubmissionCostlierThanItsKeysLimitEndsDeadNamingTheCost: Work claims it like any other (it

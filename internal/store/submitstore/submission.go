@@ -195,12 +195,27 @@ RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attem
 // claimUnkeyedSubmissionsSQL is claimSubmissionsSQL for a task none of whose waiting submissions
 // has a key and whose key "" has no limit: one line, by priority then oldest first, read from the
 // waiting submissions' index (the keyed order ranks every waiting submission of the task).
-const claimUnkeyedSubmissionsSQL = `
+const claimUnkeyedSubmissionsSQL = claimUnkeyedHead + claimUnkeyedTail
+
+// claimPlainSQL is claimUnkeyedSubmissionsSQL for a task whose declared settings limit no key: it
+// claims only while no waiting submission has a key and the operator overrides no key limit (or
+// overrides KeyLimit to none); otherwise it claims nothing and the full claim decides. Both checks
+// are uncorrelated, decided once in the claim's own round trip instead of a read before it (a Work
+// call makes its claims one at a time, so each round trip of a claim delays all its workers).
+const claimPlainSQL = claimUnkeyedHead + `
+      AND NOT EXISTS (SELECT 1 FROM taskling.submission k
+                      WHERE k.task_id = $1 AND k.key <> '' AND k.status = taskling.submission_status('waiting'))
+      AND EXISTS (SELECT 1 FROM taskling.task_definition d
+                  WHERE d.id = $1 AND d.key_overrides = '' AND coalesce(d.key_limit, 0) = 0)` + claimUnkeyedTail
+
+const claimUnkeyedHead = `
 UPDATE taskling.submission s
 SET claimed_by = $2, claim_threshold = $3 * interval '1 microsecond', updated_at = clock_timestamp()
 WHERE s.id IN (
     SELECT c.id FROM taskling.submission c
-    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')
+    WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting')`
+
+const claimUnkeyedTail = `
       AND (c.claimed_by IS NULL OR NOT EXISTS (
           SELECT 1 FROM taskling.session w
           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold))
@@ -287,6 +302,20 @@ const unlimitedRoom = 1 << 30
 // them).
 func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, threshold time.Duration, n int, declared execution.Settings,
 	pass []string) ([]ClaimedSubmission, error) {
+	byPriority := func(a, b ClaimedSubmission) int {
+		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
+	}
+	if len(pass) == 0 && !declared.Keyed() {
+		var out []ClaimedSubmission
+		if err := pgxscan.Select(ctx, s.db, &out, claimPlainSQL, taskID, session, threshold.Microseconds(), n); err != nil {
+			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
+		}
+		if len(out) > 0 {
+			slices.SortFunc(out, byPriority)
+			return out, nil
+		}
+		// Nothing waits, or the task's keys bound the claim: the full claim says which.
+	}
 	bounds, err := s.readClaimBounds(ctx, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
@@ -296,9 +325,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		if err := pgxscan.Select(ctx, s.db, &out, claimUnkeyedSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 		}
-		slices.SortFunc(out, func(a, b ClaimedSubmission) int {
-			return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
-		})
+		slices.SortFunc(out, byPriority)
 		return out, nil
 	}
 	room, used, err := s.keyRooms(ctx, taskID, bounds, declared)
