@@ -225,25 +225,37 @@ const claimUnkeyedTail = `
 RETURNING s.id, s.priority, s.reference_value, s.header, s.attempts, s.max_attempts, s.submitted_at, s.traceparent, s.tracestate, s.key, s.cost`
 
 // claimBoundsSQL reads what bounds task $1's claims: its holders and their keys, the operator's
-// key limits, and whether a waiting submission has a key (an index of those alone, 0022).
+// key limits, whether a waiting submission has a key (an index of those alone, 0022), and the keys
+// and costs of its waiting submissions claimed by live workers. One statement, so one snapshot: a
+// claimed submission whose start commits meanwhile is counted once, as a claim or as a holder
+// (read apart, it could be neither, and its full key claimed again).
 const claimBoundsSQL = `
 SELECT d.holders, d.key_holders, d.key_limit, d.key_overrides,
     EXISTS (SELECT 1 FROM taskling.submission c
-            WHERE c.task_id = $1 AND c.key <> '' AND c.status = taskling.submission_status('waiting'))
-FROM taskling.task_definition d WHERE d.id = $1`
+            WHERE c.task_id = $1 AND c.key <> '' AND c.status = taskling.submission_status('waiting')),
+    lc.keys, lc.costs
+FROM taskling.task_definition d,
+    LATERAL (SELECT coalesce(array_agg(c.key), '{}') AS keys, coalesce(array_agg(c.cost), '{}') AS costs
+             FROM taskling.submission c
+             WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
+               AND EXISTS (SELECT 1 FROM taskling.session w
+                           WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)) lc
+WHERE d.id = $1`
 
 // claimBounds is what claimBoundsSQL read, the overrides parsed.
 type claimBounds struct {
 	holders, keyHolders string
 	overrides           execution.Overrides
 	keyedWaiting        bool
+	claimedKeys         []string
+	claimedCosts        []int32
 }
 
 func (s *Store) readClaimBounds(ctx context.Context, taskID int64) (claimBounds, error) {
 	var b claimBounds
 	var overrides string
 	if err := s.db.QueryRow(ctx, claimBoundsSQL, taskID).Scan(&b.holders, &b.keyHolders, &b.overrides.KeyLimit, &overrides,
-		&b.keyedWaiting); err != nil {
+		&b.keyedWaiting, &b.claimedKeys, &b.claimedCosts); err != nil {
 		return b, err
 	}
 	var err error
@@ -258,30 +270,17 @@ func (b claimBounds) plain(declared execution.Settings) bool {
 	return !b.keyedWaiting && limit <= 0
 }
 
-// liveClaimsSQL reads the keys and costs of task $1's waiting submissions claimed by live workers.
-const liveClaimsSQL = `
-SELECT coalesce(array_agg(c.key), '{}'), coalesce(array_agg(c.cost), '{}')
-FROM taskling.submission c
-WHERE c.task_id = $1 AND c.status = taskling.submission_status('waiting') AND c.claimed_by IS NOT NULL
-  AND EXISTS (SELECT 1 FROM taskling.session w
-              WHERE w.id = c.claimed_by AND clock_timestamp() - w.last_heartbeat <= c.claim_threshold)`
-
 // keyRooms reads how much each key of the task may still take: its limit, in force over declared,
 // minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
 // room(key) also says the key's limit (0: none); used are the costs in use and claimed, by key
 // (only those keys can be full).
-func (s *Store) keyRooms(ctx context.Context, taskID int64, b claimBounds, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
-	var claimedKeys []string
-	var claimedCosts []int32
-	if err := s.db.QueryRow(ctx, liveClaimsSQL, taskID).Scan(&claimedKeys, &claimedCosts); err != nil {
-		return nil, nil, err
-	}
+func keyRooms(b claimBounds, declared execution.Settings) (room func(key string) (int, int), used map[string]int, err error) {
 	used, err = execution.KeyUsage(b.holders, b.keyHolders)
 	if err != nil {
 		return nil, nil, err
 	}
-	for i, k := range claimedKeys {
-		used[k] += int(claimedCosts[i])
+	for i, k := range b.claimedKeys {
+		used[k] += int(b.claimedCosts[i])
 	}
 	return func(key string) (int, int) {
 		l, _ := execution.KeyLimitOf(key, declared, b.overrides)
@@ -328,7 +327,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		slices.SortFunc(out, byPriority)
 		return out, nil
 	}
-	room, used, err := s.keyRooms(ctx, taskID, bounds, declared)
+	room, used, err := keyRooms(bounds, declared)
 	if err != nil {
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
