@@ -244,7 +244,13 @@ func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, 
 	for _, e := range execs {
 		why, isLost := lost[e.id]
 		if isLost && why == execution.CancelRequested {
-			e.cancelSubmission("")
+			// The run is told the operator's reason, as the cancel watcher tells it (whichever
+			// sees the cancel first); a failed read cancels it all the same.
+			reason := ""
+			if sub, err := h.c.Submission(ctx, e.submissionID); err == nil {
+				reason = sub.CancelReason
+			}
+			e.cancelSubmission(reason)
 			isLost = false
 		}
 		switch {
