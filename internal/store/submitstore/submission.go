@@ -304,7 +304,8 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 	byPriority := func(a, b ClaimedSubmission) int {
 		return cmp.Or(cmp.Compare(b.Priority, a.Priority), cmp.Compare(a.ID, b.ID))
 	}
-	if len(pass) == 0 && !declared.Keyed() {
+	triedPlain := len(pass) == 0 && !declared.Keyed()
+	if triedPlain {
 		var out []ClaimedSubmission
 		if err := pgxscan.Select(ctx, s.db, &out, claimPlainSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
@@ -320,6 +321,9 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
 	if bounds.plain(declared) && len(pass) == 0 {
+		if triedPlain && bounds.overrides.KeyLimit == nil && len(bounds.overrides.KeyLimits) == 0 {
+			return nil, nil // the plain claim's guards held: it found the queue empty
+		}
 		var out []ClaimedSubmission
 		if err := pgxscan.Select(ctx, s.db, &out, claimUnkeyedSubmissionsSQL, taskID, session, threshold.Microseconds(), n); err != nil {
 			return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
