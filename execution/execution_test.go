@@ -17,6 +17,7 @@ import (
 	"github.com/taskling-go/taskling/internal/devtools/testutil"
 
 	"github.com/taskling-go/taskling/execution"
+	"github.com/taskling-go/taskling/internal/codes"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 )
 
@@ -235,7 +236,7 @@ func TestReleaseIsIdentityChecked(t *testing.T) {
 	require.Equal(t, execution.NotDenied, second.Denied)
 	require.Equal(t, []int64{first.ExecutionID}, second.Reclaimed)
 
-	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{first.ExecutionID}, nil)
+	lost, _, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{first.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{first.ExecutionID: execution.Reclaimed}, lost, "a reclaimed execution learns it at its next heartbeat")
@@ -416,7 +417,7 @@ func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
 	r2.TaskID, r2.TaskName = other, "app/other"
 	e2, err := b.store.Acquire(b.ctx, r2)
 	require.NoError(t, err)
-	lost, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
+	lost, _, renewed, err := b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Empty(t, lost)
@@ -427,7 +428,7 @@ func TestBatchedHeartbeatDetectsAReclaimedExecutionAndOnlyIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int64{e1.ExecutionID}, taken.Reclaimed)
 
-	lost, renewed, err = b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
+	lost, _, renewed, err = b.store.Heartbeat(b.ctx, b.session, []int64{e1.ExecutionID, e2.ExecutionID}, nil)
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{e1.ExecutionID: execution.Reclaimed}, lost)
@@ -530,4 +531,29 @@ WHERE NOT e.blocked AND e.id <> $1 AND NOT EXISTS (SELECT 1 FROM taskling.execut
 		b.release(t, res)
 	}
 	b.release(t, b.acquire(t, 1))
+}
+
+// TestAHeartbeatReportsACancelWithTheOperatorsReason: the heartbeat that finds a run's submission
+// cancelled says why, in the same round trip, so the run is told the reason whichever of the
+// heartbeat and the cancel watcher sees the cancel first.
+func TestAHeartbeatReportsACancelWithTheOperatorsReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	quiet, err := b.store.Acquire(b.ctx, b.request(2))
+	require.NoError(t, err)
+	run, err := b.store.Acquire(b.ctx, b.request(2))
+	require.NoError(t, err)
+	var task int64
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT task_id FROM taskling.task_execution WHERE id = $1`, run.ExecutionID).Scan(&task))
+	_, err = b.pool.Exec(b.ctx, `INSERT INTO taskling.submission (task_id, max_attempts, status, execution_id, cancel_requested_at, cancel_reason)
+        VALUES ($1, 1, $2, $3, clock_timestamp(), 'operator said so'), ($1, 1, $2, $4, clock_timestamp(), NULL)`,
+		task, codes.SubmissionInProgress, run.ExecutionID, quiet.ExecutionID)
+	require.NoError(t, err)
+
+	runs := []int64{run.ExecutionID, quiet.ExecutionID}
+	lost, reasons, renewed, err := b.store.Heartbeat(b.ctx, b.session, runs, runs)
+	require.NoError(t, err)
+	require.True(t, renewed)
+	require.Equal(t, map[int64]execution.Lost{run.ExecutionID: execution.CancelRequested, quiet.ExecutionID: execution.CancelRequested}, lost)
+	require.Equal(t, map[int64]string{run.ExecutionID: "operator said so", quiet.ExecutionID: ""}, reasons)
 }

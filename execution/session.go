@@ -62,10 +62,10 @@ LEFT JOIN taskling.task_execution t ON t.id = x.id AND t.session_id IS NOT DISTI
 LEFT JOIN taskling.execution_end e ON e.execution_id = x.id
 WHERE t.id IS NULL OR e.execution_id IS NOT NULL`
 	// cancelledSQL reports the submission runs among the executions whose submission an
-	// operator cancelled (sent only for submission runs: a heartbeat without any works on a
-	// database not yet migrated to submissions).
+	// operator cancelled, with the operator's reason (sent only for submission runs: a heartbeat
+	// without any works on a database not yet migrated to submissions).
 	cancelledSQL = `
-SELECT s.execution_id FROM taskling.submission s
+SELECT s.execution_id, coalesce(s.cancel_reason, '') FROM taskling.submission s
 WHERE s.execution_id = ANY($1) AND s.status = $2::smallint AND s.cancel_requested_at IS NOT NULL`
 )
 
@@ -73,9 +73,10 @@ WHERE s.execution_id = ANY($1) AND s.status = $2::smallint AND s.cancel_requeste
 // returns those of them that no longer hold their slot. renewed is false when the session row is
 // gone (every execution of the session must stop).
 // submissionRuns, a subset of executions, run submissions: a cancelled one is reported
-// CancelRequested.
-func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submissionRuns []int64) (lost map[int64]Lost, renewed bool, err error) {
-	lost = map[int64]Lost{}
+// CancelRequested, and the operator's reason (if any) is in cancelReasons.
+func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submissionRuns []int64) (lost map[int64]Lost, cancelReasons map[int64]string,
+	renewed bool, err error) {
+	lost, cancelReasons = map[int64]Lost{}, map[int64]string{}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(renewSessionSQL, session).Exec(func(ct pgconn.CommandTag) error {
@@ -107,11 +108,13 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 		b.Queue(cancelledSQL, submissionRuns, codes.SubmissionInProgress).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var id int64
-				if err := rows.Scan(&id); err != nil {
+				var reason string
+				if err := rows.Scan(&id, &reason); err != nil {
 					return err
 				}
 				if _, ended := lost[id]; !ended {
 					lost[id] = CancelRequested
+					cancelReasons[id] = reason
 				}
 			}
 			return rows.Err()
@@ -125,17 +128,17 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 	if s.hb.conn == nil {
 		conn, err := connectLike(ctx, s.pool.Pool)
 		if err != nil {
-			return nil, false, fmt.Errorf("heartbeat of session %d: connect: %w", session, s.seen(err))
+			return nil, nil, false, fmt.Errorf("heartbeat of session %d: connect: %w", session, s.seen(err))
 		}
 		s.hb.conn = conn
 	}
 	if err := s.hb.conn.SendBatch(ctx, b).Close(); err != nil {
 		// An aborted or cut-off batch may leave the transaction open: never reuse the connection.
 		s.hb.closeLocked(ctx)
-		return nil, false, fmt.Errorf("heartbeat of session %d: %w", session, s.seen(err))
+		return nil, nil, false, fmt.Errorf("heartbeat of session %d: %w", session, s.seen(err))
 	}
 	s.sawTimeline(timeline)
-	return lost, renewed, nil
+	return lost, cancelReasons, renewed, nil
 }
 
 // timelineSQL is taskling.timeline() written out: heartbeats also run on schemas older than it.

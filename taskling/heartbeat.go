@@ -237,7 +237,7 @@ func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, 
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	lost, renewed, err := h.c.store.Heartbeat(ctx, session, ids, submissionRuns)
+	lost, cancelReasons, renewed, err := h.c.store.Heartbeat(ctx, session, ids, submissionRuns)
 	if err != nil {
 		return err
 	}
@@ -245,12 +245,8 @@ func (h *heartbeater) beat(session int64, execs []*Execution, sentAt time.Time, 
 		why, isLost := lost[e.id]
 		if isLost && why == execution.CancelRequested {
 			// The run is told the operator's reason, as the cancel watcher tells it (whichever
-			// sees the cancel first); a failed read cancels it all the same.
-			reason := ""
-			if sub, err := h.c.Submission(ctx, e.submissionID); err == nil {
-				reason = sub.CancelReason
-			}
-			e.cancelSubmission(reason)
+			// sees the cancel first).
+			e.cancelSubmission(cancelReasons[e.id])
 			isLost = false
 		}
 		switch {
