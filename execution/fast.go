@@ -28,6 +28,53 @@ type rowCache struct {
 	mu   sync.Mutex
 	rows map[int64]taskRow
 	ids  []int64
+	// contended are the tasks whose last fast attempt failed (their stripe was held, or their
+	// row had changed): how many batches still skip the fast path, and how many the next failure
+	// makes skip.
+	contended map[int64]*fastBackoff
+}
+
+type fastBackoff struct{ skip, next int }
+
+// fastBackoffMax bounds the batches a contended task skips the fast path for. A failed attempt
+// costs a round trip and an aborted transaction before the usual path runs: with several
+// processes on one task nearly every attempt fails (their stripe is held, or another process
+// wrote the row), so under steady contention one batch in fastBackoffMax tries.
+const fastBackoffMax = 32
+
+// skipFast reports whether a batch of tasks skips the fast path: one of them failed it lately.
+func (c *rowCache) skipFast(tasks map[int64][]*op) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	skip := false
+	for id := range tasks {
+		if b := c.contended[id]; b != nil && b.skip > 0 {
+			b.skip--
+			skip = true
+		}
+	}
+	return skip
+}
+
+// fastTried records how a fast attempt on task id went: a success clears its backoff, a failure
+// doubles it.
+func (c *rowCache) fastTried(id int64, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ok {
+		delete(c.contended, id)
+		return
+	}
+	if c.contended == nil {
+		c.contended = map[int64]*fastBackoff{}
+	}
+	b := c.contended[id]
+	if b == nil {
+		b = &fastBackoff{}
+		c.contended[id] = b
+	}
+	b.next = min(max(1, 2*b.next), fastBackoffMax)
+	b.skip = b.next
 }
 
 const (
@@ -164,6 +211,9 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 	for _, o := range ops {
 		tasks[o.taskID()] = append(tasks[o.taskID()], o)
 	}
+	if s.cache.skipFast(tasks) {
+		return ops
+	}
 	plans, rows, ep, ok := s.fastPlans(tasks)
 	if !ok {
 		return ops
@@ -177,6 +227,9 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 	})
 	if err != nil {
 		s.forget(ops)
+		for id := range tasks {
+			s.cache.fastTried(id, false)
+		}
 		if tx != nil && tx.committing && IsConnectionError(err) {
 			s.releaseOrphans(ctx, tx.granted)
 		}
@@ -186,6 +239,7 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 	seen := map[int64]taskRow{}
 	var left []*op
 	for id, tops := range tasks {
+		s.cache.fastTried(id, written[id])
 		if !written[id] {
 			left = append(left, tops...)
 			continue
