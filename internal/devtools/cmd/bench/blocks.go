@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/devtools/bench"
@@ -22,14 +23,18 @@ const (
 
 // blocksResult is what the block scenarios measured.
 type blocksResult struct {
-	d               time.Duration
-	blocks, raw     map[int]int64 // by blocks per execution
-	items, itemsRaw map[taskling.CommitMode]float64
-	modeNames       map[taskling.CommitMode]string
+	d           time.Duration
+	blocks, raw map[int]int64 // by blocks per execution
+	// blocksBusy and rawBusy are the fraction of the machine's CPU (every process, every core)
+	// busy in the measuring window, by blocks per execution: when both are near 1, each mode's
+	// rate is what its blocks cost in CPU, and the ratio is theirs.
+	blocksBusy, rawBusy map[int]float64
+	items, itemsRaw     map[taskling.CommitMode]float64
+	modeNames           map[taskling.CommitMode]string
 }
 
 func (e *environment) blocks(ctx context.Context, d time.Duration) (*blocksResult, error) {
-	r := &blocksResult{d: d, blocks: map[int]int64{}, raw: map[int]int64{}, items: map[taskling.CommitMode]float64{}, itemsRaw: map[taskling.CommitMode]float64{},
+	r := &blocksResult{d: d, blocks: map[int]int64{}, raw: map[int]int64{}, blocksBusy: map[int]float64{}, rawBusy: map[int]float64{}, items: map[taskling.CommitMode]float64{}, itemsRaw: map[taskling.CommitMode]float64{},
 		modeNames: map[taskling.CommitMode]string{taskling.CommitEachItem: "each item", taskling.CommitPeriodically: "every 100",
 			taskling.CommitAtEnd: "at the end"}}
 	for _, per := range blocksPer {
@@ -39,9 +44,11 @@ func (e *environment) blocks(ctx context.Context, d time.Duration) (*blocksResul
 			if err != nil {
 				return nil, err
 			}
+			start := time.Now().Add(3 * time.Second)
+			busy := machineBusy(start, d)
 			results, err := children(ctx, blocksProcs, "-child", mode, "-database-url", pool.Config().ConnString(),
 				"-goroutines", fmt.Sprint(blocksGoroutines), "-limit", fmt.Sprint(blocksProcs*blocksGoroutines), "-isolation", "read committed",
-				"-child-holders", fmt.Sprint(per), "-start-at", fmt.Sprint(time.Now().Add(3*time.Second).UnixNano()), "-child-duration", d.String())
+				"-child-holders", fmt.Sprint(per), "-start-at", fmt.Sprint(start.UnixNano()), "-child-duration", d.String())
 			done()
 			if err != nil {
 				return nil, err
@@ -52,6 +59,11 @@ func (e *environment) blocks(ctx context.Context, d time.Duration) (*blocksResul
 				} else {
 					r.raw[per] += c.Cycles
 				}
+			}
+			if mode == "blocks" {
+				r.blocksBusy[per] = <-busy
+			} else {
+				r.rawBusy[per] = <-busy
 			}
 		}
 	}
@@ -83,6 +95,13 @@ func (r *blocksResult) print() {
 	for _, per := range blocksPer {
 		fmt.Printf("  blocks taken, started and completed, %d processes × %d goroutines, %d blocks per execution: %.0f blocks/s vs %.0f raw: %.2f× (target ≥ 0.5×)\n",
 			blocksProcs, blocksGoroutines, per, float64(r.blocks[per])/secs, float64(r.raw[per])/secs, float64(r.blocks[per])/float64(max(1, r.raw[per])))
+		if r.blocksBusy[per] > 0 {
+			cpuMS := func(busy float64, blocks int64) float64 {
+				return busy * secs * 1000 * float64(runtime.NumCPU()) / float64(max(1, blocks))
+			}
+			fmt.Printf("    machine CPU busy %.0f %% vs %.0f %% raw: %.3f ms of CPU per block vs %.3f ms (every process, every core)\n",
+				100*r.blocksBusy[per], 100*r.rawBusy[per], cpuMS(r.blocksBusy[per], r.blocks[per]), cpuMS(r.rawBusy[per], r.raw[per]))
+		}
 	}
 	for _, mode := range []taskling.CommitMode{taskling.CommitEachItem, taskling.CommitPeriodically, taskling.CommitAtEnd} {
 		target := ""
@@ -92,4 +111,17 @@ func (r *blocksResult) print() {
 		fmt.Printf("  list items committed %-10s: %6.0f items/s vs %6.0f raw: %.2f×%s\n", r.modeNames[mode], r.items[mode], r.itemsRaw[mode],
 			r.items[mode]/r.itemsRaw[mode], target)
 	}
+}
+
+// machineBusy sends the fraction of the machine's CPU busy between start and start+d (0 without
+// /proc/stat).
+func machineBusy(start time.Time, d time.Duration) <-chan float64 {
+	out := make(chan float64, 1)
+	go func() {
+		time.Sleep(time.Until(start))
+		before := bench.ReadCPU()
+		time.Sleep(d)
+		out <- bench.ReadCPU().BusySince(before)
+	}()
+	return out
 }
