@@ -809,8 +809,8 @@ func (d *decider) grantRates(declared *Settings) *fairRates {
 }
 
 // ratePlan is what a rated decision writes of its rates (nil: nothing changed): the task's tat and
-// declaration, the tats its grants moved, and the rows of keys whose rate is spent and that have no
-// holder or waiter.
+// declaration, the tats its grants moved, and the rows of keys whose rate is long spent
+// (longSpent) and that have no holder or waiter.
 func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
 	stored := d.st.rates
 	p := &ratePlan{tat: stored.tat, tatRate: stored.tatRate, tatDelta: k.tatDelta, nowUS: d.st.nowUS, keyTATs: map[string]int64{},
@@ -842,7 +842,7 @@ func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
 		}
 	}
 	for _, key := range slices.Sorted(maps.Keys(stored.keyTATs)) {
-		if stored.keyTATs[key] <= d.st.nowUS && !k.rateKeys[key] && !held[key] && !waiting[key] {
+		if longSpent(stored.keyTATs[key], d.st.nowUS, stored.keyTATRates[key]) && !k.rateKeys[key] && !held[key] && !waiting[key] {
 			p.drops = append(p.drops, key)
 		}
 	}
@@ -851,4 +851,20 @@ func (k *keyed) ratePlan(d *decider, held map[string]bool) *ratePlan {
 		return nil
 	}
 	return p
+}
+
+// clockStepBack is how far behind the latest time it showed the database clock may step back (an
+// NTP step, a restart on a skewed clock) without a key's rate letting a burst through early.
+const clockStepBack = time.Minute
+
+// longSpent reports whether a key's rate state (its tat, under the stored rate) may go. A missing
+// state decides like a spent one only while the clock does not go back behind it: a tat that has
+// just passed, dropped, then the clock a moment back, would admit a whole burst within one Per of
+// the grants that moved it. So it is kept until it is spent by the rate's Per and clockStepBack.
+func longSpent(tatUS, nowUS int64, rate string) bool {
+	var per time.Duration
+	if r, err := decodeRate(rate); err == nil {
+		per = r.Per
+	}
+	return tatUS <= nowUS-(per+clockStepBack).Microseconds()
 }
