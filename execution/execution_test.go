@@ -545,9 +545,10 @@ func TestAHeartbeatReportsACancelWithTheOperatorsReason(t *testing.T) {
 	require.NoError(t, err)
 	var task int64
 	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT task_id FROM taskling.task_execution WHERE id = $1`, run.ExecutionID).Scan(&task))
+	const reason = `operator said "so", it's \ done — ünïcode`
 	_, err = b.pool.Exec(b.ctx, `INSERT INTO taskling.submission (task_id, max_attempts, status, execution_id, cancel_requested_at, cancel_reason)
-        VALUES ($1, 1, $2, $3, clock_timestamp(), 'operator said so'), ($1, 1, $2, $4, clock_timestamp(), NULL)`,
-		task, codes.SubmissionInProgress, run.ExecutionID, quiet.ExecutionID)
+        VALUES ($1, 1, $2, $3, clock_timestamp(), $5), ($1, 1, $2, $4, clock_timestamp(), NULL)`,
+		task, codes.SubmissionInProgress, run.ExecutionID, quiet.ExecutionID, reason)
 	require.NoError(t, err)
 
 	runs := []int64{run.ExecutionID, quiet.ExecutionID}
@@ -555,5 +556,5 @@ func TestAHeartbeatReportsACancelWithTheOperatorsReason(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, renewed)
 	require.Equal(t, map[int64]execution.Lost{run.ExecutionID: execution.CancelRequested, quiet.ExecutionID: execution.CancelRequested}, lost)
-	require.Equal(t, map[int64]string{run.ExecutionID: "operator said so", quiet.ExecutionID: ""}, reasons)
+	require.Equal(t, map[int64]string{run.ExecutionID: reason, quiet.ExecutionID: ""}, reasons, "read back exactly")
 }

@@ -862,6 +862,9 @@ const clockStepBack = time.Minute
 // just passed, dropped, then the clock a moment back, would admit a whole burst within one Per of
 // the grants that moved it. So it is kept until it is spent by the rate's Per and clockStepBack.
 func longSpent(tatUS, nowUS int64, rate string) bool {
+	if tatUS > nowUS-clockStepBack.Microseconds() {
+		return false // most keys with state, at every rated decision: no decode
+	}
 	var per time.Duration
 	if r, err := decodeRate(rate); err == nil {
 		per = r.Per

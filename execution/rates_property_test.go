@@ -110,10 +110,7 @@ func (w *keyWorld) checkWindows(t *rapid.T) {
 // waiting unoffered.
 func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		w := newKeyWorld()
-		w.rated = true
-		w.rates = rateRow{present: true, keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
-		w.limit = 6
+		w := newRatedKeyWorld()
 		per := time.Duration(rapid.Int64Range(1, 20).Draw(t, "per s")) * time.Second
 		w.keyDecl = Settings{KeyLimit: rapid.IntRange(0, 3).Draw(t, "key limit"),
 			Rate:    Rate{Count: rapid.IntRange(1, 8).Draw(t, "count"), Per: per, Burst: rapid.IntRange(3, 5).Draw(t, "burst")},
@@ -172,10 +169,7 @@ func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
 // the grant that moved it (the rapid test above found it: 1 + 3 units in 2 s at 1/2s, burst 3).
 func TestASpentKeyRateOutlivesAClockStepBack(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		w := newKeyWorld()
-		w.rated = true
-		w.rates = rateRow{present: true, keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
-		w.limit = 6
+		w := newRatedKeyWorld()
 		w.keyDecl = Settings{KeyRate: Rate{Count: 1, Per: 2 * time.Second, Burst: 3}}
 		first := w.acquisition("", 1, 1)
 		first.RecordDenial = true
@@ -193,4 +187,13 @@ func TestASpentKeyRateOutlivesAClockStepBack(t *testing.T) {
 		w.decide(t, []request{{acquire: burst}})
 		w.checkWindows(t)
 	})
+}
+
+// newRatedKeyWorld is a keyed world of limit 6 whose task keeps rate state (no rate declared yet).
+func newRatedKeyWorld() *keyWorld {
+	w := newKeyWorld()
+	w.rated = true
+	w.rates = rateRow{present: true, keyTATs: map[string]int64{}, keyTATRates: map[string]string{}}
+	w.limit = 6
+	return w
 }

@@ -270,6 +270,13 @@ func (b claimBounds) plain(declared execution.Settings) bool {
 	return !b.keyedWaiting && limit <= 0
 }
 
+// noKeyOverrides is claimPlainSQL's own guard on the task row: no key limit overridden (named or
+// KeyLimit, 0 meaning none). With plain, it tells that a plain claim that found nothing found the
+// queue empty.
+func (b claimBounds) noKeyOverrides() bool {
+	return (b.overrides.KeyLimit == nil || *b.overrides.KeyLimit == 0) && len(b.overrides.KeyLimits) == 0
+}
+
 // keyRooms reads how much each key of the task may still take: its limit, in force over declared,
 // minus the cost its holders hold and its live claims wait for (unlimitedRoom: no limit).
 // room(key) also says the key's limit (0: none); used are the costs in use and claimed, by key
@@ -321,7 +328,7 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 		return nil, fmt.Errorf("claim submissions of task %d: %w", taskID, err)
 	}
 	if bounds.plain(declared) && len(pass) == 0 {
-		if triedPlain && bounds.overrides.KeyLimit == nil && len(bounds.overrides.KeyLimits) == 0 {
+		if triedPlain && bounds.noKeyOverrides() {
 			return nil, nil // the plain claim's guards held: it found the queue empty
 		}
 		var out []ClaimedSubmission
