@@ -16,10 +16,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
@@ -227,10 +230,9 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, target), 0o600))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get()
 	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var out testutil.SyncBuffer
 	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--log.level=warn")

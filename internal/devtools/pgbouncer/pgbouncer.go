@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
+
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
@@ -332,12 +334,11 @@ func writeOwned(path string, data []byte, perm os.FileMode, cred *syscall.Creden
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get()
 	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: find a free port: %w", err)
+		return 0, fmt.Errorf("pgbouncer: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 // lockedBuffer collects the process's output (written by exec's copying goroutine, read by us).

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -637,15 +639,14 @@ func (c *Cluster) updateState(edit func(*state)) error {
 	return nil
 }
 
-// freePort asks the kernel for a free TCP port on 127.0.0.1. Another process may take it before
-// the server binds it; startLocked retries then.
+// freePort returns a port outside the kernel's ephemeral range (see freeport). Another process
+// may still take it before the server binds it; startLocked retries then.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Get()
 	if err != nil {
-		return 0, fmt.Errorf("pgcluster: find a free port: %w", err)
+		return 0, fmt.Errorf("pgcluster: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 func portFree(port int) bool {
