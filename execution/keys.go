@@ -651,17 +651,29 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 		}
 		d.pruneKeyed(limits, d.list.Limit())
 	}
-	f := d.fairFor(declared)
-	plan, held := f.plan(k.waiting)
-	k.checkComplete(f, plan, held)
-	fresh := false
 	handing := d.mayHandOff()
 	var handed []int64
-	for _, t := range plan {
-		if t.direct && handing && d.handOffKeyed(t) {
-			handed, fresh = append(handed, t.id), true
-			continue
+	var plan []*keyTicket
+	for {
+		f := d.fairFor(declared)
+		var held bool
+		plan, held = f.plan(k.waiting)
+		k.checkComplete(f, plan, held)
+		before := len(handed)
+		for _, t := range plan {
+			if t.direct && handing && d.handOffKeyed(t) {
+				handed = append(handed, t.id)
+			}
 		}
+		if len(handed) == before {
+			break
+		}
+		// A handoff is a grant: it moved its key's round, which an offer does not. Plan again on
+		// what is stored now, so the tickets offered are those the next decision grants (a ticket
+		// planned before the handoff may no longer be next).
+	}
+	fresh := len(handed) > 0
+	for _, t := range plan {
 		if t.offeredUS == 0 {
 			t.offeredUS, fresh = d.st.nowUS, true
 			switch {

@@ -197,3 +197,46 @@ func newRatedKeyWorld() *keyWorld {
 	w.limit = 6
 	return w
 }
+
+// TestAHandoffPlansTheOffersAgain: a direct ticket handed off moves its key's round, an offer does
+// not, so the offers are planned again after it. The rated test above found the case: a's tickets
+// (2, then 1 direct) and c's (2) wait on 3 free slots with equal passes; a goes first by name, its
+// direct ticket is handed off, and then c, served less, is next, not a's other ticket.
+func TestAHandoffPlansTheOffersAgain(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := newRatedKeyWorld()
+		w.keyDecl = Settings{KeyRate: Rate{Count: 1, Per: 500 * time.Millisecond, Burst: 3}}
+		start := func(key string, cost int) {
+			a := w.acquisition(key, cost, 1)
+			a.RecordDenial = true
+			w.decide(t, []request{{acquire: a}})
+		}
+		wait := func(key string, cost int, direct bool) {
+			a := w.acquisition(key, cost, 1)
+			a.Queue = &Queue{OfferWindow: 3 * time.Second, Direct: direct}
+			w.decide(t, []request{{acquire: a}})
+		}
+		start("c", 2)
+		for id, h := range w.holders {
+			w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: h.token}}})
+		}
+		start("a", 3) // a's rate spent: what waits now waits for it
+		wait("a", 2, false)
+		wait("a", 1, true)
+		wait("c", 2, false)
+		if len(w.tickets) != 3 {
+			t.Fatalf("%d tickets wait, want 3", len(w.tickets))
+		}
+		w.st.nowUS += 1_500_000 // every rate has room again; 3 slots are free
+		w.st.heartbeats[1] = w.st.nowUS
+		plan := w.decide(t, []request{{acquire: w.acquisition("", 1, 1)}})
+		if len(plan.handoffs) != 1 || plan.handoffs[0].key != "a" || plan.handoffs[0].cost != 1 {
+			t.Fatalf("handoffs %+v, want a's ticket of cost 1", plan.handoffs)
+		}
+		for id, tk := range w.tickets {
+			if offered := tk.offeredUS != 0; offered != (tk.key == "c") {
+				t.Fatalf("ticket %d (key %q, cost %d) offered %v; only c's should be", id, tk.key, tk.cost, offered)
+			}
+		}
+	})
+}
