@@ -24,7 +24,7 @@ test:
 # The body of `test`, against the server in TASKLING_DATABASE_URL (or one each test package
 # starts itself).
 test-no-db: vet
-	$(GO) test -race -count=1 -timeout 14m ./...
+	$(GO) test -race -count=1 -parallel 4 -timeout 14m ./...
 	@if [ -f integration_test/go.mod ]; then \
 		echo "cd integration_test && $(GO) test -race -count=1 ./..."; \
 		cd integration_test && $(GO) test -race -count=1 ./...; \
