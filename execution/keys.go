@@ -639,9 +639,10 @@ func (k *keyed) checkComplete(f *fair, plan []*keyTicket, held bool) {
 	}
 }
 
-// keyedOffers offers the free capacity to the tickets the plan grants now (their waiters take it in
-// their own transactions), and tells the waiters of the tickets refused; it reports whether a
-// ticket was offered just now.
+// keyedOffers grants the free capacity to the tickets the plan grants now: a direct ticket is
+// handed the slot in this transaction, the others are offered it (their waiters take it in their
+// own transactions). It tells the waiters of the tickets refused, and reports whether a ticket was
+// handed off or offered just now.
 func (d *decider) keyedOffers(declared *Settings) bool {
 	k := d.keys
 	if !k.pruned && d.st.heartbeats != nil {
@@ -654,23 +655,26 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 	handing := d.mayHandOff()
 	var handed []int64
 	var plan []*keyTicket
+	// A handoff is a grant and moves its key's pass; an offer does not. So after handing off, plan
+	// again on the state as it now stands: the tickets offered are those the next decision grants.
 	for {
 		f := d.fairFor(declared)
 		var held bool
 		plan, held = f.plan(k.waiting)
 		k.checkComplete(f, plan, held)
 		before := len(handed)
+		offeredKey := map[string]bool{}
 		for _, t := range plan {
-			if t.direct && handing && d.handOffKeyed(t) {
+			// Not past an older ticket of its key that is only offered: first in, first out.
+			if t.direct && handing && !offeredKey[t.key] && d.handOffKeyed(t) {
 				handed = append(handed, t.id)
+				continue
 			}
+			offeredKey[t.key] = true
 		}
 		if len(handed) == before {
 			break
 		}
-		// A handoff is a grant: it moved its key's round, which an offer does not. Plan again on
-		// what is stored now, so the tickets offered are those the next decision grants (a ticket
-		// planned before the handoff may no longer be next).
 	}
 	fresh := len(handed) > 0
 	for _, t := range plan {
