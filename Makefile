@@ -7,6 +7,8 @@ export GO
 
 WITH_DB := scripts/with-db.sh
 ARGS ?=
+# Tests run at once per package: at least 4, as most wait on timers (docs/contributing.md).
+PARALLEL ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1); echo $$(( n > 4 ? n : 4 )))
 
 .PHONY: all test test-no-db demo bench scale chaos pg-start pg-stop pg-status fmt vet
 
@@ -24,7 +26,7 @@ test:
 # The body of `test`, against the server in TASKLING_DATABASE_URL (or one each test package
 # starts itself).
 test-no-db: vet
-	$(GO) test -race -count=1 -parallel 4 -timeout 14m ./...
+	$(GO) test -race -count=1 -parallel $(PARALLEL) -timeout 14m ./...
 	@if [ -f integration_test/go.mod ]; then \
 		echo "cd integration_test && $(GO) test -race -count=1 ./..."; \
 		cd integration_test && $(GO) test -race -count=1 ./...; \

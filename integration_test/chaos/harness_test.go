@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
 	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/migrations"
@@ -100,7 +103,13 @@ func newProxies() *proxies {
 }
 
 func (p *proxies) add(t *testing.T, name, upstream string) *toxiproxy.Proxy {
-	px := toxiproxy.NewProxy(p.srv, name, "127.0.0.1:0", upstream)
+	// Not "127.0.0.1:0": a proxy cut (Stop) and healed (Start) binds its port again, which an
+	// outgoing connection may have taken meanwhile if it were ephemeral.
+	port, err := freeport.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := toxiproxy.NewProxy(p.srv, name, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), upstream)
 	if err := px.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/devtools/freeport"
-
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/taskling"

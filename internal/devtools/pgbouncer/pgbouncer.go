@@ -26,10 +26,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/devtools/freeport"
-
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
 	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 )
 

@@ -16,9 +16,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/taskling-go/taskling/internal/devtools/freeport"
-
 	"github.com/jackc/pgx/v5"
+
+	"github.com/taskling-go/taskling/internal/devtools/freeport"
 )
 
 // EnvDatabaseURL names a PostgreSQL server to use instead of the private cluster.
