@@ -349,6 +349,9 @@ func (d *decider) queueAllows(req *acquisition, execID int64, res *AcquireResult
 			d.queue.remove(ticket)
 			return true
 		}
+		// Its waiter came and the slot went first to another (a ticket of higher priority, say): the
+		// offer is withdrawn, so its window does not send the ticket to the back as late.
+		d.queue.tickets[pos].offeredUS = 0
 		res.Ticket, res.Position, res.Direct = ticket, pos+1, d.queue.tickets[pos].direct && res.Effective.KeepAlive()
 		res.QueuedAt = time.UnixMicro(d.queue.tickets[pos].queuedUS)
 		return false

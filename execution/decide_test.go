@@ -519,3 +519,33 @@ func TestDecideNotifiesAWaiterOfAnOfferOfADeadHoldersSlot(t *testing.T) {
 	require.Equal(t, []int64{50}, plan.offered)
 	require.False(t, plan.notify)
 }
+
+// TestAWaiterRefusedAfterItsOfferKeepsItsPlaceInTheQueue: ticket 50 was offered the slot, which
+// another took before its waiter came. Its waiter, refused, has answered: the offer is withdrawn,
+// so when its window has passed the ticket is still first, not sent behind 51 as late.
+func TestAWaiterRefusedAfterItsOfferKeepsItsPlaceInTheQueue(t *testing.T) {
+	st := handoffState(false, false)
+	q, err := parseQueue(st.queue)
+	require.NoError(t, err)
+	q[0].offeredUS = nowUS - 1e6
+	st.queue = formatQueue(q)
+	st.reserved = []int64{100}
+	plan, err := decide(st, []request{waiterReq(50, 2)}, counter())
+	require.NoError(t, err)
+	require.Equal(t, int64(50), plan.results[0].acquire.Ticket, "refused: the slot is held")
+	q, err = parseQueue(plan.queue)
+	require.NoError(t, err)
+	require.Equal(t, []int64{50, 51}, []int64{q[0].id, q[1].id})
+	require.Zero(t, q[0].offeredUS, "its offer is withdrawn")
+
+	st.queue, st.nowUS = plan.queue, nowUS+3e6 // past the offer's window
+	for s := range st.heartbeats {
+		st.heartbeats[s] = st.nowUS
+	}
+	st.reserved = []int64{101}
+	plan, err = decide(st, []request{acquireReq(1)}, counter())
+	require.NoError(t, err)
+	q, err = parseQueue(plan.queue)
+	require.NoError(t, err)
+	require.Equal(t, []int64{50, 51}, []int64{q[0].id, q[1].id}, "50 keeps its place")
+}

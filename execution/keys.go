@@ -501,6 +501,11 @@ func (d *decider) keyedAllows(req *acquisition, execID int64, res *AcquireResult
 		d.tripped = true // a ticket is written by the usual path only
 		return false
 	}
+	if mine.offeredUS != 0 {
+		// Its waiter came and the plan no longer grants it (something took the slots first): the
+		// offer is withdrawn, so its window does not drop the ticket as late.
+		k.setOffered(d, mine, 0)
+	}
 	res.Ticket, res.Position = mine.id, k.position(mine)
 	f.deny(key, cost, res)
 	res.Direct = mine.direct
@@ -679,15 +684,8 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 	fresh := len(handed) > 0
 	for _, t := range plan {
 		if t.offeredUS == 0 {
-			t.offeredUS, fresh = d.st.nowUS, true
-			switch {
-			case t.inRow:
-				if i := d.queue.position(t.id); i >= 0 {
-					d.queue.tickets[i].offeredUS = d.st.nowUS
-				}
-			case !slices.Contains(k.inserted, t) && !slices.Contains(k.updated, t):
-				k.updated = append(k.updated, t)
-			}
+			k.setOffered(d, t, d.st.nowUS)
+			fresh = true
 		}
 		d.plan.offered = append(d.plan.offered, t.id)
 	}
@@ -720,6 +718,20 @@ func (d *decider) handOffKeyed(t *keyTicket) bool {
 		window: t.window, threshold: t.threshold, key: t.key, cost: t.cost})
 	d.keys.granted(t.id, t.key, t.cost, d.st.nowUS, d.grantRates(nil))
 	return true
+}
+
+// setOffered records when t was offered the slots (0: its offer is withdrawn), in the ticket
+// written back.
+func (k *keyed) setOffered(d *decider, t *keyTicket, us int64) {
+	t.offeredUS = us
+	switch {
+	case t.inRow:
+		if i := d.queue.position(t.id); i >= 0 {
+			d.queue.tickets[i].offeredUS = us
+		}
+	case !slices.Contains(k.inserted, t) && !slices.Contains(k.updated, t):
+		k.updated = append(k.updated, t)
+	}
 }
 
 // keyTicket is the keyed decision's waiter with ticket id, if any.

@@ -380,3 +380,52 @@ func TestKeyedDecisionsKeepEveryLimitAndLeaveNoFittingTicketWaiting(t *testing.T
 		})
 	})
 }
+
+// TestAWaiterRefusedAfterItsOfferKeepsItsPlace: an offer can be withdrawn before its waiter comes
+// (here a waiter of higher priority takes the slots first). The waiter that then comes and is
+// refused has answered: its ticket is not dropped as late when the offer's window passes, so it
+// keeps its place in line.
+func TestAWaiterRefusedAfterItsOfferKeepsItsPlace(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		w := newKeyWorld()
+		w.keyDecl = Settings{}
+		start := w.acquisition("a", 3, 1)
+		start.RecordDenial = true
+		w.decide(t, []request{{acquire: start}})
+		wait := func(key string, cost, priority int) {
+			a := w.acquisition(key, cost, 2)
+			a.Queue = &Queue{Priority: priority, OfferWindow: 3 * time.Second}
+			w.decide(t, []request{{acquire: a}})
+		}
+		wait("b", 2, 0)
+		var holder int64
+		for id := range w.holders {
+			holder = id
+		}
+		w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: holder, TokenID: w.holders[holder].token}}})
+		var ticket int64
+		for id, tk := range w.tickets {
+			if tk.offeredUS == 0 {
+				t.Fatalf("b's ticket %d was not offered the freed slots", id)
+			}
+			ticket = id
+		}
+		wait("c", 3, 1) // takes the slots before b's waiter comes
+		retry := w.acquisition("b", 2, 2)
+		retry.Queue = &Queue{Ticket: ticket, OfferWindow: 3 * time.Second}
+		w.decide(t, []request{{acquire: retry}})
+		if w.tickets[ticket] == nil {
+			t.Fatalf("b's ticket went at its refused retry")
+		}
+		w.st.nowUS += 5e6 // past the offer's window
+		for s := int64(1); s <= 3; s++ {
+			w.st.heartbeats[s] = w.st.nowUS
+		}
+		other := w.acquisition("", 1, 3)
+		other.RecordDenial = true
+		w.decide(t, []request{{acquire: other}})
+		if w.tickets[ticket] == nil {
+			t.Fatalf("b's ticket was dropped as late, though its waiter came when offered")
+		}
+	})
+}
