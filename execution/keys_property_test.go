@@ -85,6 +85,25 @@ func (w *keyWorld) acquisition(key string, cost int, session int64) *acquisition
 		Declared: w.declared()}, Key: key, Cost: cost}}
 }
 
+// start decides a start of key and cost by session without a queue (a refusal is recorded).
+func (w *keyWorld) start(t *rapid.T, key string, cost int, session int64) txPlan {
+	a := w.acquisition(key, cost, session)
+	a.RecordDenial = true
+	return w.decide(t, []request{{acquire: a}})
+}
+
+// wait decides an attempt of key and cost by session that waits as q says.
+func (w *keyWorld) wait(t *rapid.T, key string, cost int, session int64, q Queue) txPlan {
+	a := w.acquisition(key, cost, session)
+	a.Queue = &q
+	return w.decide(t, []request{{acquire: a}})
+}
+
+// complete decides the release of holder id.
+func (w *keyWorld) complete(t *rapid.T, id int64) txPlan {
+	return w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: w.holders[id].token}}})
+}
+
 // decide runs one decision of reqs on the world, applies it and checks the invariants.
 func (w *keyWorld) decide(t *rapid.T, reqs []request) txPlan {
 	st := w.st
@@ -322,15 +341,11 @@ func TestKeyedDecisionsKeepEveryLimitAndLeaveNoFittingTicketWaiting(t *testing.T
 		w := newKeyWorld()
 		t.Repeat(map[string]func(*rapid.T){
 			"start": func(t *rapid.T) {
-				a := w.acquisition(rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
-				a.RecordDenial = true
-				w.decide(t, []request{{acquire: a}})
+				w.start(t, rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
 			},
 			"wait": func(t *rapid.T) {
-				a := w.acquisition(rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
-				a.Queue = &Queue{Priority: rapid.IntRange(0, 1).Draw(t, "priority"), OfferWindow: 3 * time.Second,
-					Direct: rapid.Bool().Draw(t, "direct")}
-				w.decide(t, []request{{acquire: a}})
+				w.wait(t, rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"),
+					Queue{Priority: rapid.IntRange(0, 1).Draw(t, "priority"), OfferWindow: 3 * time.Second, Direct: rapid.Bool().Draw(t, "direct")})
 			},
 			"retry": func(t *rapid.T) {
 				if len(w.waiters) == 0 {
@@ -338,9 +353,7 @@ func TestKeyedDecisionsKeepEveryLimitAndLeaveNoFittingTicketWaiting(t *testing.T
 				}
 				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.waiters))).Draw(t, "ticket")
 				wt := w.waiters[id]
-				a := w.acquisition(wt.key, wt.cost, wt.session)
-				a.Queue = &Queue{Ticket: id, Priority: wt.priority, OfferWindow: 3 * time.Second}
-				w.decide(t, []request{{acquire: a}})
+				w.wait(t, wt.key, wt.cost, wt.session, Queue{Ticket: id, Priority: wt.priority, OfferWindow: 3 * time.Second})
 			},
 			"leave": func(t *rapid.T) {
 				if len(w.waiters) == 0 {
@@ -355,8 +368,7 @@ func TestKeyedDecisionsKeepEveryLimitAndLeaveNoFittingTicketWaiting(t *testing.T
 				if len(w.holders) == 0 {
 					t.Skip("no holder")
 				}
-				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.holders))).Draw(t, "holder")
-				w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: w.holders[id].token}}})
+				w.complete(t, rapid.SampledFrom(slices.Sorted(maps.Keys(w.holders))).Draw(t, "holder"))
 			},
 			"limits": func(t *rapid.T) {
 				l := rapid.SampledFrom([]int{-1, 1, 2, 3, 4, 6}).Draw(t, "limit")
@@ -389,20 +401,11 @@ func TestAWaiterRefusedAfterItsOfferKeepsItsPlace(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := newKeyWorld()
 		w.keyDecl = Settings{}
-		start := w.acquisition("a", 3, 1)
-		start.RecordDenial = true
-		w.decide(t, []request{{acquire: start}})
-		wait := func(key string, cost, priority int) {
-			a := w.acquisition(key, cost, 2)
-			a.Queue = &Queue{Priority: priority, OfferWindow: 3 * time.Second}
-			w.decide(t, []request{{acquire: a}})
-		}
-		wait("b", 2, 0)
-		var holder int64
+		w.start(t, "a", 3, 1)
+		w.wait(t, "b", 2, 2, Queue{OfferWindow: 3 * time.Second})
 		for id := range w.holders {
-			holder = id
+			w.complete(t, id)
 		}
-		w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: holder, TokenID: w.holders[holder].token}}})
 		var ticket int64
 		for id, tk := range w.tickets {
 			if tk.offeredUS == 0 {
@@ -410,10 +413,8 @@ func TestAWaiterRefusedAfterItsOfferKeepsItsPlace(t *testing.T) {
 			}
 			ticket = id
 		}
-		wait("c", 3, 1) // takes the slots before b's waiter comes
-		retry := w.acquisition("b", 2, 2)
-		retry.Queue = &Queue{Ticket: ticket, OfferWindow: 3 * time.Second}
-		w.decide(t, []request{{acquire: retry}})
+		w.wait(t, "c", 3, 2, Queue{Priority: 1, OfferWindow: 3 * time.Second}) // takes the slots before b's waiter comes
+		w.wait(t, "b", 2, 2, Queue{Ticket: ticket, OfferWindow: 3 * time.Second})
 		if w.tickets[ticket] == nil {
 			t.Fatalf("b's ticket went at its refused retry")
 		}
@@ -421,9 +422,7 @@ func TestAWaiterRefusedAfterItsOfferKeepsItsPlace(t *testing.T) {
 		for s := int64(1); s <= 3; s++ {
 			w.st.heartbeats[s] = w.st.nowUS
 		}
-		other := w.acquisition("", 1, 3)
-		other.RecordDenial = true
-		w.decide(t, []request{{acquire: other}})
+		w.start(t, "", 1, 3)
 		if w.tickets[ticket] == nil {
 			t.Fatalf("b's ticket was dropped as late, though its waiter came when offered")
 		}

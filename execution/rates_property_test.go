@@ -119,19 +119,13 @@ func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
 			w.keyDecl.Rate = Rate{}
 		}
 		latestUS := w.st.nowUS
-		acq := func(t *rapid.T) *acquisition {
-			return w.acquisition(rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
-		}
 		t.Repeat(map[string]func(*rapid.T){
 			"start": func(t *rapid.T) {
-				a := acq(t)
-				a.RecordDenial = true
-				w.decide(t, []request{{acquire: a}})
+				w.start(t, rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"))
 			},
 			"wait": func(t *rapid.T) {
-				a := acq(t)
-				a.Queue = &Queue{OfferWindow: 3 * time.Second, Direct: rapid.Bool().Draw(t, "direct")}
-				w.decide(t, []request{{acquire: a}})
+				w.wait(t, rapid.SampledFrom(worldKeys).Draw(t, "key"), rapid.IntRange(1, 3).Draw(t, "cost"), rapid.Int64Range(1, 3).Draw(t, "session"),
+					Queue{OfferWindow: 3 * time.Second, Direct: rapid.Bool().Draw(t, "direct")})
 			},
 			"retry": func(t *rapid.T) {
 				if len(w.waiters) == 0 {
@@ -139,16 +133,13 @@ func TestRatedDecisionsKeepEveryWindowAndTellWhenToRetry(t *testing.T) {
 				}
 				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.waiters))).Draw(t, "ticket")
 				wt := w.waiters[id]
-				a := w.acquisition(wt.key, wt.cost, wt.session)
-				a.Queue = &Queue{Ticket: id, OfferWindow: 3 * time.Second}
-				w.decide(t, []request{{acquire: a}})
+				w.wait(t, wt.key, wt.cost, wt.session, Queue{Ticket: id, OfferWindow: 3 * time.Second})
 			},
 			"complete": func(t *rapid.T) {
 				if len(w.holders) == 0 {
 					t.Skip("no holder")
 				}
-				id := rapid.SampledFrom(slices.Sorted(maps.Keys(w.holders))).Draw(t, "holder")
-				w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: w.holders[id].token}}})
+				w.complete(t, rapid.SampledFrom(slices.Sorted(maps.Keys(w.holders))).Draw(t, "holder"))
 			},
 			"clock": func(t *rapid.T) {
 				// Steps back, but never more than clockStepBack behind the latest time shown.
@@ -171,20 +162,14 @@ func TestASpentKeyRateOutlivesAClockStepBack(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := newRatedKeyWorld()
 		w.keyDecl = Settings{KeyRate: Rate{Count: 1, Per: 2 * time.Second, Burst: 3}}
-		first := w.acquisition("", 1, 1)
-		first.RecordDenial = true
-		w.decide(t, []request{{acquire: first}})
-		for id, h := range w.holders {
-			w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: h.token}}})
+		w.start(t, "", 1, 1)
+		for id := range w.holders {
+			w.complete(t, id)
 		}
-		w.st.nowUS += 2e6 // the key's time is spent now…
-		other := w.acquisition("a", 1, 2)
-		other.RecordDenial = true
-		w.decide(t, []request{{acquire: other}}) // …and a decision of the task looks at it
-		w.st.nowUS--                             // the clock steps back a microsecond
-		burst := w.acquisition("", 3, 1)
-		burst.RecordDenial = true
-		w.decide(t, []request{{acquire: burst}})
+		w.st.nowUS += 2e6     // the key's time is spent now…
+		w.start(t, "a", 1, 2) // …and a decision of the task looks at it
+		w.st.nowUS--          // the clock steps back a microsecond
+		w.start(t, "", 3, 1)
 		w.checkWindows(t)
 	})
 }
@@ -207,24 +192,14 @@ func TestADirectTicketIsNotHandedOffPastAnOlderTicketOfItsKey(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		w := newRatedKeyWorld()
 		w.keyDecl = Settings{KeyRate: Rate{Count: 1, Per: 500 * time.Millisecond, Burst: 3}}
-		start := func(key string, cost int) {
-			a := w.acquisition(key, cost, 1)
-			a.RecordDenial = true
-			w.decide(t, []request{{acquire: a}})
+		w.start(t, "c", 2, 1)
+		for id := range w.holders {
+			w.complete(t, id)
 		}
-		wait := func(key string, cost int, direct bool) {
-			a := w.acquisition(key, cost, 1)
-			a.Queue = &Queue{OfferWindow: 3 * time.Second, Direct: direct}
-			w.decide(t, []request{{acquire: a}})
-		}
-		start("c", 2)
-		for id, h := range w.holders {
-			w.decide(t, []request{{release: &ReleaseRequest{TaskName: "app/task", ExecutionID: id, TokenID: h.token}}})
-		}
-		start("a", 3) // a's rate spent: what waits now waits for it
-		wait("a", 2, false)
-		wait("a", 1, true)
-		wait("c", 2, false)
+		w.start(t, "a", 3, 1) // a's rate spent: what waits now waits for it
+		w.wait(t, "a", 2, 1, Queue{OfferWindow: 3 * time.Second})
+		w.wait(t, "a", 1, 1, Queue{OfferWindow: 3 * time.Second, Direct: true})
+		w.wait(t, "c", 2, 1, Queue{OfferWindow: 3 * time.Second})
 		if len(w.tickets) != 3 {
 			t.Fatalf("%d tickets wait, want 3", len(w.tickets))
 		}
