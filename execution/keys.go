@@ -657,29 +657,17 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 		}
 		d.pruneKeyed(limits, d.list.Limit())
 	}
-	handing := d.mayHandOff()
 	var handed []int64
-	var plan []*keyTicket
+	plan := d.planKeyed(declared)
 	// A handoff is a grant and moves its key's pass; an offer does not. So after handing off, plan
 	// again on the state as it now stands: the tickets offered are those the next decision grants.
-	for {
-		f := d.fairFor(declared)
-		var held bool
-		plan, held = f.plan(k.waiting)
-		k.checkComplete(f, plan, held)
-		before := len(handed)
-		offeredKey := map[string]bool{}
-		for _, t := range plan {
-			// Not past an older ticket of its key that is only offered: first in, first out.
-			if t.direct && handing && !offeredKey[t.key] && d.handOffKeyed(t) {
-				handed = append(handed, t.id)
-				continue
-			}
-			offeredKey[t.key] = true
-		}
-		if len(handed) == before {
+	handing := d.mayHandOff()
+	for handing {
+		n := len(handed)
+		if handed = d.handOffPlanned(plan, handed); len(handed) == n {
 			break
 		}
+		plan = d.planKeyed(declared)
 	}
 	fresh := len(handed) > 0
 	for _, t := range plan {
@@ -691,6 +679,28 @@ func (d *decider) keyedOffers(declared *Settings) bool {
 	}
 	d.plan.offered = append(append(handed, d.plan.offered...), k.unfit...)
 	return fresh || len(k.unfit) > 0
+}
+
+// planKeyed is the plan of the waiting tickets on the capacity and rounds as they stand now.
+func (d *decider) planKeyed(declared *Settings) []*keyTicket {
+	f := d.fairFor(declared)
+	plan, held := f.plan(d.keys.waiting)
+	d.keys.checkComplete(f, plan, held)
+	return plan
+}
+
+// handOffPlanned hands the slots to plan's direct tickets, appending their ids to handed, but not
+// to one behind an older ticket of its key that is only offered: first in, first out.
+func (d *decider) handOffPlanned(plan []*keyTicket, handed []int64) []int64 {
+	offeredKey := map[string]bool{}
+	for _, t := range plan {
+		if t.direct && !offeredKey[t.key] && d.handOffKeyed(t) {
+			handed = append(handed, t.id)
+			continue
+		}
+		offeredKey[t.key] = true
+	}
+	return handed
 }
 
 // handOffKeyed grants t's cost to its direct ticket in this transaction (handoff.go): its waiter
