@@ -28,6 +28,8 @@ type rowCache struct {
 	mu   sync.Mutex
 	rows map[int64]taskRow
 	ids  []int64
+	// ahead is how many ids to reserve ahead (0: reserveAhead).
+	ahead int
 	// contended are the tasks whose last fast attempt failed (their stripe was held, or their
 	// row had changed): how many batches still skip the fast path, and how many the next failure
 	// makes skip.
@@ -79,10 +81,12 @@ func (c *rowCache) fastTried(id int64, ok bool) {
 
 const (
 	// reserveAhead is how many execution ids a transaction reserves for later fast acquisitions
-	// when fewer than reserveLow are left. (Ids reserved ahead make ids slightly out of start order
-	// across processes.)
-	reserveAhead = 16
-	reserveLow   = 8
+	// when fewer than half of that are left, at first: a batch that finds too few for its
+	// acquisitions (it then takes the usual path) makes later reservations cover twice as many,
+	// up to maxReserveAhead. (Ids reserved ahead make ids slightly out of start order across
+	// processes.)
+	reserveAhead    = 16
+	maxReserveAhead = 2 * maxBatch
 )
 
 // remember records the rows a committed transaction saw.
@@ -117,6 +121,7 @@ func (c *rowCache) takeIDs(n int) ([]int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.ids) < n {
+		c.ahead = min(max(c.ahead, 2*n), maxReserveAhead)
 		return nil, false
 	}
 	ids := slices.Clone(c.ids[:n])
@@ -124,10 +129,16 @@ func (c *rowCache) takeIDs(n int) ([]int64, bool) {
 	return ids, true
 }
 
-func (c *rowCache) lowOnIDs() bool {
+// toReserve is how many ids a transaction reserves ahead now: none while at least half of a
+// reservation is left.
+func (c *rowCache) toReserve() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.ids) < reserveLow
+	ahead := max(c.ahead, reserveAhead)
+	if len(c.ids) >= ahead/2 {
+		return 0
+	}
+	return ahead
 }
 
 // fastEligible reports whether ops may take the fast path at all.
@@ -313,8 +324,8 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 	if len(freed) > 0 {
 		b.Queue(fastNotifySQL, freed, payloads)
 	}
-	if s.cache.lowOnIDs() {
-		b.Queue(reserveIDsSQL, reserveAhead).Query(func(rows pgx.Rows) error {
+	if n := s.cache.toReserve(); n > 0 {
+		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
 			var err error
 			*reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err

@@ -158,10 +158,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		queueHandoffRead(b, ids, taskHandoffs)
 	}
 	if acquires > 0 {
-		n := acquires
-		if s.cache.lowOnIDs() {
-			n += reserveAhead
-		}
+		n := acquires + s.cache.toReserve()
 		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
 			var err error
 			reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
