@@ -96,10 +96,12 @@ func (s *Store) submit(o *op) {
 		o.leader = true
 		o.batch = c.takeBatch(o)
 		c.mu.Unlock()
+		o.queued()
 		s.leadFor(o)
 		return
 	}
 	c.mu.Unlock()
+	o.queued()
 	select {
 	case <-o.done:
 		return

@@ -44,6 +44,28 @@ type ReleaseResult struct {
 	Offered []int64
 }
 
+// releaseQueuedKey carries an OnReleaseQueued hook in a context.
+type releaseQueuedKey struct{}
+
+type releaseQueuedHook struct {
+	execution int64
+	f         func()
+}
+
+// OnReleaseQueued returns ctx carrying f, which a Release of execution under it calls once its
+// request is queued for a token transaction of this process: a request of the same task queued
+// after that is served in the same transaction, after the release, or in a later one.
+func OnReleaseQueued(ctx context.Context, execution int64, f func()) context.Context {
+	return context.WithValue(ctx, releaseQueuedKey{}, releaseQueuedHook{execution: execution, f: f})
+}
+
+// queued calls o's OnReleaseQueued hook, if it has one.
+func (o *op) queued() {
+	if h, ok := o.ctx.Value(releaseQueuedKey{}).(releaseQueuedHook); ok && o.release != nil && o.release.ExecutionID == h.execution {
+		h.f()
+	}
+}
+
 // Release runs the release transaction, together with the other token operations this process
 // has queued: the token goes back only if this execution is still its grantee (identity-checked),
 // the execution's end is recorded, and waiters are notified.

@@ -2,6 +2,7 @@ package taskling_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -181,6 +182,81 @@ func TestSubmissionAttemptMarkedFailedIsRetried(t *testing.T) {
 	require.Len(t, attempts, 2)
 	require.Equal(t, taskling.StatusFailed, b.statusOf(t, attempts[0]))
 	require.Equal(t, taskling.StatusCompleted, b.statusOf(t, attempts[1]))
+}
+
+// A worker's end goes on in the background while it takes its next submission, but its next run
+// is granted only after that end: in its transaction or a later one. So a Work call never holds
+// more slots than it has workers, even when the task's limit would allow more, and even when an
+// end writes something before its release (a failed run records its error first).
+func TestAWorkersNextRunIsGrantedAfterItsLastEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(10))
+	const workers, n = 2, 80
+	ids := make([]int64, n)
+	for i := range ids {
+		id, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+		require.NoError(t, err)
+		ids[i] = id
+	}
+	var most atomic.Int64
+	var readErr atomic.Pointer[error]
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		var open int64
+		err := b.pool.QueryRow(ctx, `SELECT count(*) FROM taskling.task_execution x
+			WHERE x.id IN (SELECT execution_id FROM taskling.submission_attempt)
+			  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end n WHERE n.execution_id = x.id)`).Scan(&open)
+		if err != nil {
+			readErr.CompareAndSwap(nil, &err)
+			return err
+		}
+		for m := most.Load(); open > m && !most.CompareAndSwap(m, open); m = most.Load() {
+		}
+		if e.Attempt() == 1 {
+			// A failed end records its error first: a round trip before its release is queued.
+			return errors.New("first attempts fail")
+		}
+		return nil
+	}, &taskling.WorkOptions{Workers: workers})
+	for _, id := range ids {
+		b.waitStatus(t, id, taskling.SubmissionCompleted)
+	}
+	require.Nil(t, readErr.Load())
+	require.LessOrEqual(t, most.Load(), int64(workers), "executions not ended while a run began")
+	require.Positive(t, most.Load())
+}
+
+// A Work call of many workers claims a few submissions ahead of them; those none of its workers
+// takes soon are given back, so a host whose workers are all busy does not keep them from an idle
+// one.
+func TestSubmissionsClaimedAheadByABusyHostGoToAnIdleOne(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(20))
+	const n, busyWorkers = 8, 5 // 5 workers claim one ahead
+	for range n {
+		_, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+		require.NoError(t, err)
+	}
+	release := make(chan struct{})
+	var busy atomic.Int32
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		busy.Add(1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, &taskling.WorkOptions{Workers: busyWorkers})
+	t.Cleanup(func() { close(release) }) // before Work's cleanup waits for its runs
+	require.Eventually(t, func() bool { return busy.Load() == busyWorkers }, 15*time.Second, 10*time.Millisecond)
+
+	var idle atomic.Int32
+	b.work(t, newClient(t, b.pool, withLimit(20)), func(ctx context.Context, e *taskling.Execution) error {
+		idle.Add(1)
+		return nil
+	}, &taskling.WorkOptions{Workers: 1})
+	require.Eventually(t, func() bool { return idle.Load() == n-busyWorkers }, 10*time.Second, 10*time.Millisecond,
+		"the idle host runs every submission the busy one cannot")
+	require.Equal(t, int32(busyWorkers), busy.Load())
 }
 
 func TestSubmissionsRunInPriorityThenAgeOrder(t *testing.T) {

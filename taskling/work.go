@@ -18,7 +18,8 @@ import (
 // WorkOptions configure Work. A nil *WorkOptions means all defaults.
 type WorkOptions struct {
 	// Workers is how many submissions this call runs at once on this host (each in a slot of
-	// the task, so the task's limit still bounds the fleet). Default 1, at most 10 000.
+	// the task, so the task's limit still bounds the fleet). Default 1, at most 10 000. With 5 or
+	// more, Work also claims a few submissions ahead of its idle workers (docs/submissions.md).
 	Workers int
 	// DrainTimeout is how long running submissions may go on once Work's ctx has ended, before
 	// their contexts are cancelled with ErrShuttingDown. Default 30s.
@@ -34,10 +35,14 @@ type WorkOptions struct {
 // attempt it is.
 //
 // fn returning nil completes the submission, in the same transaction that returns the slot: a
-// completed submission never runs again. fn returning an error (or panicking), fn marking its
-// execution failed (Execution.RecordError with markFailed, even if fn then returns nil), or its
-// process dying at any point, sends it back to waiting for another attempt, until MaxAttempts
-// attempts were made; it is then dead. An attempt that cannot start because of what the
+// completed submission never runs again. A worker takes its next submission while that
+// transaction is on its way, but its next run is granted only after it (often in the same
+// transaction), so a Work call holds no more slots than Workers unless an end fails (a failed
+// end is retried in the background, as Complete's is).
+//
+// fn returning an error (or panicking), fn marking its execution failed (Execution.RecordError
+// with markFailed, even if fn then returns nil), or its process dying at any point, sends it back
+// to waiting for another attempt, until MaxAttempts attempts were made; it is then dead. An attempt that cannot start because of what the
 // submission holds (a value a start refuses) costs an attempt too, with no execution: a
 // submission that fails every time ends dead and never holds back the ones behind it.
 //
@@ -76,7 +81,7 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 	if err != nil {
 		return err
 	}
-	w := &worker{c: c, app: app, task: task, taskID: taskID, fn: fn}
+	w := &worker{c: c, app: app, task: task, taskID: taskID, fn: fn, claims: claimBuffer{ahead: claimAhead(o.Workers)}}
 	// stop ends the taking of submissions; runCtx, the running ones, DrainTimeout later.
 	stopCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -103,6 +108,9 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 		wg.Go(func() { w.loop(stopCtx, runCtx) })
 	}
 	wg.Go(func() { w.recoverLoop(stopCtx) })
+	if w.claims.ahead > 0 {
+		wg.Go(func() { w.claims.expire(stopCtx, w) })
+	}
 	closed := false
 	select {
 	case <-stopCtx.Done():
@@ -135,8 +143,14 @@ func (w *worker) loop(stopCtx, runCtx context.Context) {
 	wake, unsubscribe := w.c.notifier.SubscribeTopic(execution.SubmittedTopic(w.taskID))
 	defer unsubscribe()
 	failures := 0
+	var ending <-chan struct{} // closed when this worker's last end is done
+	defer func() {
+		if ending != nil {
+			<-ending
+		}
+	}()
 	for stopCtx.Err() == nil {
-		ran, err := w.next(stopCtx, runCtx)
+		ran, err := w.next(stopCtx, runCtx, &ending)
 		retired := errors.Is(err, ErrTaskRetired)
 		switch {
 		case retired:
@@ -166,14 +180,20 @@ func (w *worker) loop(stopCtx, runCtx context.Context) {
 }
 
 // next takes a claimed submission, waits for a slot for it and runs it; ran is false when there
-// was nothing to claim.
-func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
+// was nothing to claim. The run's end goes on in the background (ending is closed when it is
+// done), so that the worker's next start can share its token transaction.
+func (w *worker) next(stopCtx, runCtx context.Context, ending *<-chan struct{}) (ran bool, err error) {
 	c := w.c
 	if !c.drain.start() {
 		<-stopCtx.Done() // Shutdown: take nothing more
 		return false, nil
 	}
-	defer c.drain.done()
+	counted := true // the run is counted for Shutdown until its end is done
+	defer func() {
+		if counted {
+			c.drain.done()
+		}
+	}()
 	settings, declared, err := c.declared(stopCtx, w.app, w.task)
 	if err != nil {
 		return false, err
@@ -232,7 +252,8 @@ func (w *worker) next(stopCtx, runCtx context.Context) (ran bool, err error) {
 		// Cancelled, or taken by another worker, while this one waited: nothing to run.
 		return true, exec.Complete(context.WithoutCancel(runCtx))
 	}
-	w.run(runCtx, exec)
+	counted = false // the run's end reports it done
+	*ending = w.run(runCtx, exec, *ending)
 	return true, nil
 }
 
@@ -255,12 +276,24 @@ func (w *worker) unclaim(ctx context.Context, subs []submitstore.ClaimedSubmissi
 	}
 }
 
+// claimAhead is how many submissions a Work call of workers workers claims beyond those its idle
+// workers ask for: one for every 5 workers, up to 8. A Work call claims one batch at a time, and
+// with many workers those finishing while a claim is on its way would wait for it, then claim
+// again; a few claimed ahead serve them at once. Those no worker takes within claimedAheadFor
+// are given back, so that a host whose workers are all busy does not keep them from idle ones.
+func claimAhead(workers int) int { return min(8, workers/5) }
+
+// claimedAheadFor is how long submissions claimed ahead wait for a worker of their Work call.
+const claimedAheadFor = 100 * time.Millisecond
+
 // claimBuffer claims submissions for a Work call's idle workers in one statement: as many as
-// there are workers asking at that moment.
+// there are workers asking at that moment, and ahead more.
 type claimBuffer struct {
+	ahead     int
 	asking    atomic.Int32
 	mu        sync.Mutex
 	claimed   []submitstore.ClaimedSubmission
+	claimedAt time.Time // when claimed was claimed
 	lastEmpty time.Time // when a claim last found nothing
 	// deferred are keys whose rate had no room for a submission, until when; paused, when the
 	// task's rate had none, until when no claim is made (docs/rates.md).
@@ -318,18 +351,41 @@ func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, thresh
 			return nil, nil // a claim that began after this worker asked found nothing
 		}
 		began := time.Now()
-		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load()), declared, b.passed(began))
+		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load())+b.ahead, declared, b.passed(began))
 		if err != nil || len(subs) == 0 {
 			if err == nil {
 				b.lastEmpty = began
 			}
 			return nil, err
 		}
-		b.claimed = subs
+		b.claimed, b.claimedAt = subs, time.Now()
 	}
 	sub := b.claimed[0]
 	b.claimed = b.claimed[1:]
 	return &sub, nil
+}
+
+// expire gives back, until ctx ends, the submissions claimed ahead that no worker took within
+// claimedAheadFor.
+func (b *claimBuffer) expire(ctx context.Context, w *worker) {
+	tick := time.NewTicker(claimedAheadFor / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		b.mu.Lock()
+		var stale []submitstore.ClaimedSubmission
+		if len(b.claimed) > 0 && time.Since(b.claimedAt) > claimedAheadFor {
+			stale, b.claimed = b.claimed, nil
+		}
+		b.mu.Unlock()
+		if len(stale) > 0 {
+			w.unclaim(ctx, stale, w.c.hb.current())
+		}
+	}
 }
 
 // drop gives back what is left unclaimed-by-a-worker when Work ends.
@@ -343,21 +399,48 @@ func (b *claimBuffer) drop(ctx context.Context, w *worker) {
 	}
 }
 
-// run runs one attempt under exec.
-func (w *worker) run(runCtx context.Context, exec *Execution) {
+// run runs one attempt under exec (the run counted for Shutdown) and returns once fn has returned
+// and the attempt's end is queued for its token transaction, or done: the worker's next start,
+// queued after it, is served in the same transaction or a later one, so a worker holds one slot
+// at most while its ends go through, and one transaction serves an end and the next start instead
+// of one each. The end
+// goes on in the background; the channel returned is closed when it is done. previous is the
+// worker's last end (nil: none), waited for before run returns.
+func (w *worker) run(runCtx context.Context, exec *Execution, previous <-chan struct{}) <-chan struct{} {
 	c := w.c
-	cancelled, unsubscribe := c.notifier.SubscribeTopic(execution.CancelTopic(exec.submissionID))
-	defer unsubscribe()
-	watchDone := make(chan struct{})
-	defer close(watchDone)
-	go w.watchCancel(exec, cancelled, watchDone)
-	// An error or panic of fn is recorded by runStarted (RecordError marking the execution failed,
-	// which is also the submission's last error) before the end settles the attempt.
-	err := c.runStarted(runCtx, exec, w.fn)
-	if err != nil && !errors.Is(err, ErrSubmissionCancelled) {
-		c.log.Warn("taskling: submission attempt failed", zap.String("task", w.app+"/"+w.task),
-			zap.Int64("submission", exec.submissionID), zap.Int("attempt", exec.attempt), zap.Int64("execution", exec.id), zap.Error(err))
+	fnDone, queued, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var closeFn, closeQueued sync.Once
+	fn := func(ctx context.Context, exec *Execution) error {
+		defer closeFn.Do(func() { close(fnDone) })
+		return w.fn(ctx, exec)
 	}
+	endCtx := execution.OnReleaseQueued(runCtx, exec.id, func() { closeQueued.Do(func() { close(queued) }) })
+	go func() {
+		defer close(done)
+		defer c.drain.done()
+		defer closeFn.Do(func() { close(fnDone) })
+		cancelled, unsubscribe := c.notifier.SubscribeTopic(execution.CancelTopic(exec.submissionID))
+		defer unsubscribe()
+		watchDone := make(chan struct{})
+		defer close(watchDone)
+		go w.watchCancel(exec, cancelled, watchDone)
+		// An error or panic of fn is recorded by runStarted (RecordError marking the execution
+		// failed, which is also the submission's last error) before the end settles the attempt.
+		err := c.runStarted(endCtx, exec, fn)
+		if err != nil && !errors.Is(err, ErrSubmissionCancelled) {
+			c.log.Warn("taskling: submission attempt failed", zap.String("task", w.app+"/"+w.task),
+				zap.Int64("submission", exec.submissionID), zap.Int("attempt", exec.attempt), zap.Int64("execution", exec.id), zap.Error(err))
+		}
+	}()
+	<-fnDone
+	if previous != nil {
+		<-previous // a worker has two ends in flight at most
+	}
+	select {
+	case <-queued:
+	case <-done:
+	}
+	return done
 }
 
 // watchCancel cancels exec's run when an operator cancels its submission. A wake is not a cancel by
