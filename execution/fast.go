@@ -28,7 +28,7 @@ type rowCache struct {
 	mu   sync.Mutex
 	rows map[int64]taskRow
 	ids  []int64
-	// ahead is how many ids to reserve ahead (0: reserveAhead).
+	// ahead is how many ids to reserve ahead (below reserveAhead: reserveAhead).
 	ahead int
 	// contended are the tasks whose last fast attempt failed (their stripe was held, or their
 	// row had changed): how many batches still skip the fast path, and how many the next failure

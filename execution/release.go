@@ -53,15 +53,19 @@ type releaseQueuedHook struct {
 }
 
 // OnReleaseQueued returns ctx carrying f, which a Release of execution under it calls once its
-// request is queued for a token transaction of this process: a request of the same task queued
-// after that is served in the same transaction, after the release, or in a later one.
+// request is queued for a token transaction of this process (again at each retry of the Release;
+// f must not block): a request of the same task queued after that is served in the same
+// transaction, after the release, or in a later one, unless the release's transaction fails.
 func OnReleaseQueued(ctx context.Context, execution int64, f func()) context.Context {
 	return context.WithValue(ctx, releaseQueuedKey{}, releaseQueuedHook{execution: execution, f: f})
 }
 
 // queued calls o's OnReleaseQueued hook, if it has one.
 func (o *op) queued() {
-	if h, ok := o.ctx.Value(releaseQueuedKey{}).(releaseQueuedHook); ok && o.release != nil && o.release.ExecutionID == h.execution {
+	if o.release == nil {
+		return
+	}
+	if h, ok := o.ctx.Value(releaseQueuedKey{}).(releaseQueuedHook); ok && o.release.ExecutionID == h.execution {
 		h.f()
 	}
 }

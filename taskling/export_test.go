@@ -3,6 +3,8 @@ package taskling
 import (
 	"context"
 	"time"
+
+	"github.com/taskling-go/taskling/execution"
 )
 
 // StopHeartbeatForTest freezes the heartbeats of the execution's client, as if its process
@@ -33,4 +35,50 @@ func CheckJSONBForTest(b []byte) error { return checkJSONB(b) }
 // CompactSubmissionTallyForTest compacts the submission tally now.
 func (c *Client) CompactSubmissionTallyForTest(ctx context.Context) (int64, error) {
 	return c.subs.CompactSubmissionTally(ctx)
+}
+
+// ClaimBufferForTest is the claim buffer of a Work call on a task, driven by hand: Take claims (or
+// takes a claimed submission) as one of its workers would, Expire gives back what it claimed ahead
+// as the call does.
+type ClaimBufferForTest struct {
+	w                *worker
+	session          int64
+	threshold        time.Duration
+	declaredSettings execution.Settings
+}
+
+// NewClaimBufferForTest returns the buffer of a Work call on app/task that claims ahead more
+// submissions than its workers ask for.
+func (c *Client) NewClaimBufferForTest(ctx context.Context, app, task string, ahead int) (*ClaimBufferForTest, error) {
+	taskID, err := c.taskID(ctx, app, task)
+	if err != nil {
+		return nil, err
+	}
+	settings, declared, err := c.declared(ctx, app, task)
+	if err != nil {
+		return nil, err
+	}
+	session, err := c.hb.sessionID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &worker{c: c, app: app, task: task, taskID: taskID, claims: claimBuffer{ahead: ahead, extra: ahead}}
+	return &ClaimBufferForTest{w: w, session: session, threshold: settings.KeepAliveDeathThreshold, declaredSettings: declared}, nil
+}
+
+// Take returns the id of the submission a worker would run next (0: none).
+func (b *ClaimBufferForTest) Take(ctx context.Context) (int64, error) {
+	sub, err := b.w.claims.take(ctx, b.w, b.session, b.threshold, b.declaredSettings)
+	if sub == nil {
+		return 0, err
+	}
+	return sub.ID, err
+}
+
+// Expire gives back what was claimed ahead and not taken in time, and the rest once ctx ends.
+func (b *ClaimBufferForTest) Expire(ctx context.Context) { b.w.claims.expire(ctx, b.w) }
+
+// DeferKeyForTest defers key's submissions as a start refused by the key's rate for d does.
+func (b *ClaimBufferForTest) DeferKeyForTest(key string, d time.Duration) {
+	b.w.claims.deferFor(&RateLimitedError{Limit: RateOfKey, RetryAfter: d}, key)
 }

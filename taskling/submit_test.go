@@ -225,38 +225,96 @@ func TestAWorkersNextRunIsGrantedAfterItsLastEnd(t *testing.T) {
 	require.Positive(t, most.Load())
 }
 
-// A Work call of many workers claims a few submissions ahead of them; those none of its workers
-// takes soon are given back, so a host whose workers are all busy does not keep them from an idle
-// one.
-func TestSubmissionsClaimedAheadByABusyHostGoToAnIdleOne(t *testing.T) {
+// A Work call whose workers queue for its claims claims a few submissions ahead of them. Those no
+// worker of it takes within about 100 ms are given back, and so is what is left when the call
+// stops; giving them back wakes the idle workers of other hosts at once (their poll is 30 s here,
+// and a claim would live 30 s).
+func TestSubmissionsClaimedAheadAreGivenBackToIdleHosts(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withLimit(20))
-	const n, busyWorkers = 8, 5 // 5 workers claim one ahead
-	for range n {
-		_, err := b.client.Submit(b.ctx, b.app, b.task, nil)
-		require.NoError(t, err)
-	}
-	release := make(chan struct{})
-	var busy atomic.Int32
-	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
-		busy.Add(1)
-		select {
-		case <-release:
-		case <-ctx.Done():
+	slow := taskling.TaskSettings{ConcurrencyLimit: 10, KeepAliveInterval: 10 * time.Second, KeepAliveDeathThreshold: 30 * time.Second}
+	b := setup(t, &taskling.Config{Defaults: slow, MaxPollInterval: 30 * time.Second})
+	submit := func(n int) {
+		for range n {
+			_, err := b.client.Submit(b.ctx, b.app, b.task, nil)
+			require.NoError(t, err)
 		}
-		return nil
-	}, &taskling.WorkOptions{Workers: busyWorkers})
-	t.Cleanup(func() { close(release) }) // before Work's cleanup waits for its runs
-	require.Eventually(t, func() bool { return busy.Load() == busyWorkers }, 15*time.Second, 10*time.Millisecond)
+	}
+	submit(4)
+	buffer, err := b.client.NewClaimBufferForTest(b.ctx, b.app, b.task, 3)
+	require.NoError(t, err)
+	kept, err := buffer.Take(b.ctx) // claims 1 + 3 ahead
+	require.NoError(t, err)
+	require.NotZero(t, kept)
+	claimed := func() (n int) {
+		require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.submission WHERE claimed_by IS NOT NULL`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 4, claimed())
 
-	var idle atomic.Int32
-	b.work(t, newClient(t, b.pool, withLimit(20)), func(ctx context.Context, e *taskling.Execution) error {
-		idle.Add(1)
+	var mu sync.Mutex
+	ran := map[int64]bool{}
+	other := newClient(t, b.pool, &taskling.Config{Defaults: slow, MaxPollInterval: 30 * time.Second})
+	b.work(t, other, func(ctx context.Context, e *taskling.Execution) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[e.SubmissionID()] = true
 		return nil
 	}, &taskling.WorkOptions{Workers: 1})
-	require.Eventually(t, func() bool { return idle.Load() == n-busyWorkers }, 10*time.Second, 10*time.Millisecond,
-		"the idle host runs every submission the busy one cannot")
-	require.Equal(t, int32(busyWorkers), busy.Load())
+	ranCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran)
+	}
+	time.Sleep(300 * time.Millisecond) // the other host found nothing to claim and sleeps
+	require.Zero(t, ranCount())
+
+	// The call stops: what it claimed ahead goes back at once.
+	stopped, stop := context.WithCancel(b.ctx)
+	stop()
+	buffer.Expire(stopped)
+	require.Eventually(t, func() bool { return ranCount() == 3 }, 5*time.Second, 10*time.Millisecond)
+
+	// Claimed ahead and not taken: back after about 100 ms.
+	submit(4)
+	kept2, err := buffer.Take(b.ctx)
+	require.NoError(t, err)
+	require.NotZero(t, kept2)
+	expiring, stopExpiring := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); buffer.Expire(expiring) }()
+	t.Cleanup(func() { stopExpiring(); <-done })
+	require.Eventually(t, func() bool { return ranCount() == 6 }, 5*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.False(t, ran[kept] || ran[kept2], "the submissions taken stay claimed")
+}
+
+// Submissions claimed ahead whose key a rate then defers are given back when a worker next takes
+// one, not started to be refused one after another.
+func TestClaimedSubmissionsOfADeferredKeyAreGivenBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(10))
+	for _, key := range []string{"a", "b", "a", "b"} {
+		_, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Key: key})
+		require.NoError(t, err)
+	}
+	buffer, err := b.client.NewClaimBufferForTest(b.ctx, b.app, b.task, 3)
+	require.NoError(t, err)
+	first, err := buffer.Take(b.ctx) // claims all four
+	require.NoError(t, err)
+	var firstKey string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT key FROM taskling.submission WHERE id = $1`, first).Scan(&firstKey))
+	buffer.DeferKeyForTest(firstKey, time.Minute)
+
+	next, err := buffer.Take(b.ctx)
+	require.NoError(t, err)
+	var nextKey string
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT key FROM taskling.submission WHERE id = $1`, next).Scan(&nextKey))
+	require.NotEqual(t, firstKey, nextKey, "a submission of the deferred key was taken")
+	var claimedOfKey int
+	require.NoError(t, b.pool.QueryRow(b.ctx, `SELECT count(*) FROM taskling.submission WHERE key = $1 AND claimed_by IS NOT NULL`,
+		firstKey).Scan(&claimedOfKey))
+	require.Equal(t, 1, claimedOfKey, "only the one taken first stays claimed")
 }
 
 func TestSubmissionsRunInPriorityThenAgeOrder(t *testing.T) {

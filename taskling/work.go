@@ -19,7 +19,7 @@ import (
 type WorkOptions struct {
 	// Workers is how many submissions this call runs at once on this host (each in a slot of
 	// the task, so the task's limit still bounds the fleet). Default 1, at most 10 000. With 5 or
-	// more, Work also claims a few submissions ahead of its idle workers (docs/submissions.md).
+	// more, Work may claim a few submissions ahead of its idle workers (docs/submissions.md).
 	Workers int
 	// DrainTimeout is how long running submissions may go on once Work's ctx has ended, before
 	// their contexts are cancelled with ErrShuttingDown. Default 30s.
@@ -38,7 +38,8 @@ type WorkOptions struct {
 // completed submission never runs again. A worker takes its next submission while that
 // transaction is on its way, but its next run is granted only after it (often in the same
 // transaction), so a Work call holds no more slots than Workers unless an end fails (a failed
-// end is retried in the background, as Complete's is).
+// end is retried in the background, as Complete's is). The end's hooks may so run after the
+// next run began.
 //
 // fn returning an error (or panicking), fn marking its execution failed (Execution.RecordError
 // with markFailed, even if fn then returns nil), or its process dying at any point, sends it back
@@ -119,7 +120,7 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 		closed = true
 	}
 	wg.Wait()
-	w.claims.drop(ctx, w)
+	w.claims.drop(ctx, w) // a claim that raced with the end
 	if closed {
 		return ErrClientClosed
 	}
@@ -264,36 +265,48 @@ func refusesItsRow(err error) bool {
 	return errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrInvalidSettings)
 }
 
-// unclaim gives claimed submissions back, so that they need not wait for the claim to lapse.
+// unclaim gives claimed submissions back, so that they need not wait for the claim to lapse, and
+// wakes the idle workers of the task, here and on other hosts.
 func (w *worker) unclaim(ctx context.Context, subs []submitstore.ClaimedSubmission, session int64) {
+	if len(subs) == 0 {
+		return
+	}
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for _, sub := range subs {
-		if err := w.c.subs.UnclaimSubmission(uctx, sub.ID, session); err != nil {
-			w.c.log.Warn("taskling: could not give a claimed submission back; it is taken again once the claim lapses",
-				zap.Int64("submission", sub.ID), zap.Error(err))
-		}
+	ids := make([]int64, len(subs))
+	for i, sub := range subs {
+		ids[i] = sub.ID
+	}
+	if err := w.c.subs.UnclaimSubmissions(uctx, ids, session); err != nil {
+		w.c.log.Warn("taskling: could not give claimed submissions back; they are taken again once the claim lapses",
+			zap.Int64s("submissions", ids), zap.Error(err))
 	}
 }
 
-// claimAhead is how many submissions a Work call of workers workers claims beyond those its idle
+// claimAhead is the most submissions a Work call of workers workers claims beyond those its idle
 // workers ask for: one for every 5 workers, up to 8. A Work call claims one batch at a time, and
 // with many workers those finishing while a claim is on its way would wait for it, then claim
-// again; a few claimed ahead serve them at once. Those no worker takes within claimedAheadFor
-// are given back, so that a host whose workers are all busy does not keep them from idle ones.
+// again; a few claimed ahead serve them at once. It claims ahead only while workers queue for its
+// claims, and gives back those no worker takes within claimedAheadFor, so that a host whose
+// workers are all busy does not keep them from idle ones.
 func claimAhead(workers int) int { return min(8, workers/5) }
 
-// claimedAheadFor is how long submissions claimed ahead wait for a worker of their Work call.
+// claimedAheadFor is how long submissions claimed ahead wait for a worker of their Work call
+// (checked every half of it).
 const claimedAheadFor = 100 * time.Millisecond
 
 // claimBuffer claims submissions for a Work call's idle workers in one statement: as many as
-// there are workers asking at that moment, and ahead more.
+// there are workers asking at that moment, and extra more.
 type claimBuffer struct {
-	ahead     int
+	ahead int // claimAhead
+	// extra are claimed ahead by the next claim: ahead once workers queued for a claim, 0 once
+	// some claimed ahead went unused.
+	extra     int
 	asking    atomic.Int32
 	mu        sync.Mutex
 	claimed   []submitstore.ClaimedSubmission
 	claimedAt time.Time // when claimed was claimed
+	claimedBy int64     // the session that claimed them
 	lastEmpty time.Time // when a claim last found nothing
 	// deferred are keys whose rate had no room for a submission, until when; paused, when the
 	// task's rate had none, until when no claim is made (docs/rates.md).
@@ -339,73 +352,95 @@ func (b *claimBuffer) pausedFor() time.Duration {
 }
 
 // take returns the next claimed submission, claiming a batch when none is left; nil when there
-// is nothing to claim.
+// is nothing to claim. Claimed submissions of a key deferred since are given back.
 func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, threshold time.Duration, declared execution.Settings) (*submitstore.ClaimedSubmission, error) {
 	b.asking.Add(1)
 	defer b.asking.Add(-1)
 	asked := time.Now()
 	b.mu.Lock()
+	passedOver, by := b.dropDeferred(asked), b.claimedBy
+	defer func() { w.unclaim(ctx, passedOver, by) }()
 	defer b.mu.Unlock()
 	if len(b.claimed) == 0 {
 		if b.lastEmpty.After(asked) {
 			return nil, nil // a claim that began after this worker asked found nothing
 		}
 		began := time.Now()
-		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, int(b.asking.Load())+b.ahead, declared, b.passed(began))
+		asking := int(b.asking.Load())
+		subs, err := w.c.subs.ClaimSubmissions(ctx, w.taskID, session, threshold, asking+b.extra, declared, b.passed(began))
+		if asking > 1 {
+			b.extra = b.ahead // workers queue for claims: claim ahead of them
+		}
 		if err != nil || len(subs) == 0 {
 			if err == nil {
 				b.lastEmpty = began
 			}
 			return nil, err
 		}
-		b.claimed, b.claimedAt = subs, time.Now()
+		b.claimed, b.claimedAt, b.claimedBy = subs, time.Now(), session
 	}
 	sub := b.claimed[0]
 	b.claimed = b.claimed[1:]
 	return &sub, nil
 }
 
-// expire gives back, until ctx ends, the submissions claimed ahead that no worker took within
-// claimedAheadFor.
+// dropDeferred removes from the buffer, and returns, the claimed submissions whose key is
+// deferred at now (b.mu held).
+func (b *claimBuffer) dropDeferred(now time.Time) []submitstore.ClaimedSubmission {
+	if len(b.deferred) == 0 || len(b.claimed) == 0 {
+		return nil
+	}
+	var out []submitstore.ClaimedSubmission
+	kept := b.claimed[:0]
+	for _, sub := range b.claimed {
+		if until, ok := b.deferred[sub.Key]; ok && now.Before(until) {
+			out = append(out, sub)
+		} else {
+			kept = append(kept, sub)
+		}
+	}
+	b.claimed = kept
+	return out
+}
+
+// expire gives back the submissions claimed ahead that no worker took within claimedAheadFor,
+// and what is left once ctx ends (Work takes no more).
 func (b *claimBuffer) expire(ctx context.Context, w *worker) {
 	tick := time.NewTicker(claimedAheadFor / 2)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			b.drop(ctx, w)
 			return
 		case <-tick.C:
 		}
 		b.mu.Lock()
 		var stale []submitstore.ClaimedSubmission
 		if len(b.claimed) > 0 && time.Since(b.claimedAt) > claimedAheadFor {
-			stale, b.claimed = b.claimed, nil
+			stale, b.claimed, b.extra = b.claimed, nil, 0
 		}
+		by := b.claimedBy
 		b.mu.Unlock()
-		if len(stale) > 0 {
-			w.unclaim(ctx, stale, w.c.hb.current())
-		}
+		w.unclaim(ctx, stale, by)
 	}
 }
 
-// drop gives back what is left unclaimed-by-a-worker when Work ends.
+// drop gives back what no worker took (Work ends).
 func (b *claimBuffer) drop(ctx context.Context, w *worker) {
 	b.mu.Lock()
-	left := b.claimed
+	left, by := b.claimed, b.claimedBy
 	b.claimed = nil
 	b.mu.Unlock()
-	if len(left) > 0 {
-		w.unclaim(ctx, left, w.c.hb.current())
-	}
+	w.unclaim(ctx, left, by)
 }
 
 // run runs one attempt under exec (the run counted for Shutdown) and returns once fn has returned
 // and the attempt's end is queued for its token transaction, or done: the worker's next start,
 // queued after it, is served in the same transaction or a later one, so a worker holds one slot
-// at most while its ends go through, and one transaction serves an end and the next start instead
-// of one each. The end
-// goes on in the background; the channel returned is closed when it is done. previous is the
-// worker's last end (nil: none), waited for before run returns.
+// at most unless an end fails, and one transaction serves an end and the next start instead of
+// one each. The end goes on in the background; the channel returned is closed when it is done.
+// previous is the worker's last end (nil: none), waited for before run returns.
 func (w *worker) run(runCtx context.Context, exec *Execution, previous <-chan struct{}) <-chan struct{} {
 	c := w.c
 	fnDone, queued, done := make(chan struct{}), make(chan struct{}), make(chan struct{})

@@ -370,6 +370,25 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 	return kept, nil
 }
 
+// unclaimSQL gives claimed submissions back and wakes the idle workers of their tasks, on every
+// host (on commit), as a submission's insert does.
+const unclaimSQL = `
+WITH u AS (
+    UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
+    WHERE id = ANY($1) AND claimed_by = $2 AND status = taskling.submission_status('waiting')
+    RETURNING task_id
+)
+SELECT pg_notify('taskling_slots', 's' || t.task_id::text) FROM (SELECT DISTINCT task_id FROM u) t`
+
+// UnclaimSubmissions gives submissions claimed by session back, in one statement, and wakes
+// the idle workers of their tasks.
+func (s *Store) UnclaimSubmissions(ctx context.Context, ids []int64, session int64) error {
+	if _, err := s.db.Exec(ctx, unclaimSQL, ids, session); err != nil {
+		return fmt.Errorf("unclaim submissions %v: %w", ids, err)
+	}
+	return nil
+}
+
 // UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
 func (s *Store) UnclaimSubmission(ctx context.Context, id, session int64) error {
 	_, err := s.db.Exec(ctx, `
