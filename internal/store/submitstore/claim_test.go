@@ -89,3 +89,27 @@ func TestAnEmptyPollOfAPlainTaskClaimsOnce(t *testing.T) {
 	require.Len(t, claim(), 1)
 	require.Equal(t, 3, log.taken(), "the plain claim, the bounds, the unkeyed claim")
 }
+
+// A claim never takes more of a key than its room: those the statement claimed past it are given
+// back in the same call, unclaimed, for a claim once the key has room.
+func TestAClaimGivesBackWhatIsPastItsKeysRoom(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	store := submitstore.New(execution.NewStore(pool, nil))
+	var task, session int64
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO taskling.task_definition (application_name, task_name) VALUES ('a', 't') RETURNING id`).Scan(&task))
+	require.NoError(t, pool.QueryRow(ctx, `INSERT INTO taskling.session (host_name, pid, library_version) VALUES ('h', 1, 'test') RETURNING id`).Scan(&session))
+	_, err := pool.Exec(ctx, `INSERT INTO taskling.submission (task_id, max_attempts, key) VALUES ($1, 1, 'a'), ($1, 1, 'a'), ($1, 1, 'a'), ($1, 1, 'b')`, task)
+	require.NoError(t, err)
+
+	out, err := store.ClaimSubmissions(ctx, task, session, time.Minute, 4, execution.Settings{KeyLimit: 1}, nil)
+	require.NoError(t, err)
+	keys := []string{}
+	for _, sub := range out {
+		keys = append(keys, sub.Key)
+	}
+	require.ElementsMatch(t, []string{"a", "b"}, keys, "one of each key: each has room for one")
+	var claimed int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM taskling.submission WHERE claimed_by IS NOT NULL`).Scan(&claimed))
+	require.Equal(t, 2, claimed, "the claims past key a's room were given back")
+}

@@ -356,46 +356,45 @@ func (s *Store) ClaimSubmissions(ctx context.Context, taskID, session int64, thr
 	slices.SortFunc(out, func(a, b ClaimedSubmission) int { return cmp.Compare(a.Rank, b.Rank) }) // RETURNING keeps no order
 	taken := map[string]int{}
 	kept := out[:0]
+	var over []int64
 	for _, sub := range out {
 		// A cost above its key's limit is kept: its start refuses it, and that costs an attempt.
 		if r, limit := room(sub.Key); limit > 0 && sub.Cost <= limit && taken[sub.Key]+sub.Cost > r {
-			if err := s.UnclaimSubmission(ctx, sub.ID, session); err != nil {
-				return nil, err
-			}
+			over = append(over, sub.ID)
 			continue
 		}
 		taken[sub.Key] += sub.Cost
 		kept = append(kept, sub)
 	}
+	// No worker is woken for them: their key has no room anywhere.
+	if err := s.unclaim(ctx, over, session, false); err != nil {
+		return nil, err
+	}
 	return kept, nil
 }
 
-// unclaimSQL gives claimed submissions back and wakes the idle workers of their tasks, on every
-// host (on commit), as a submission's insert does.
+// unclaimSQL gives submissions claimed by session $2 back and, if $3, wakes the idle workers of
+// their tasks, on every host (on commit), as a submission's insert does.
 const unclaimSQL = `
 WITH u AS (
     UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
     WHERE id = ANY($1) AND claimed_by = $2 AND status = taskling.submission_status('waiting')
     RETURNING task_id
 )
-SELECT pg_notify('taskling_slots', 's' || t.task_id::text) FROM (SELECT DISTINCT task_id FROM u) t`
+SELECT pg_notify('taskling_slots', 's' || t.task_id::text) FROM (SELECT DISTINCT task_id FROM u) t WHERE $3`
 
 // UnclaimSubmissions gives submissions claimed by session back, in one statement, and wakes
 // the idle workers of their tasks.
 func (s *Store) UnclaimSubmissions(ctx context.Context, ids []int64, session int64) error {
-	if _, err := s.db.Exec(ctx, unclaimSQL, ids, session); err != nil {
-		return fmt.Errorf("unclaim submissions %v: %w", ids, err)
-	}
-	return nil
+	return s.unclaim(ctx, ids, session, true)
 }
 
-// UnclaimSubmission gives a claimed submission back (its worker stopped waiting for a slot).
-func (s *Store) UnclaimSubmission(ctx context.Context, id, session int64) error {
-	_, err := s.db.Exec(ctx, `
-UPDATE taskling.submission SET claimed_by = NULL, updated_at = clock_timestamp()
-WHERE id = $1 AND claimed_by = $2 AND status = taskling.submission_status('waiting')`, id, session)
-	if err != nil {
-		return fmt.Errorf("unclaim submission %d: %w", id, err)
+func (s *Store) unclaim(ctx context.Context, ids []int64, session int64, wake bool) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.db.Exec(ctx, unclaimSQL, ids, session, wake); err != nil {
+		return fmt.Errorf("unclaim submissions %v: %w", ids, err)
 	}
 	return nil
 }
