@@ -62,7 +62,9 @@ func (c *Client) NewClaimBufferForTest(ctx context.Context, app, task string, ah
 	if err != nil {
 		return nil, err
 	}
-	w := &worker{c: c, app: app, task: task, taskID: taskID, claims: claimBuffer{ahead: ahead, extra: ahead}}
+	w := &worker{c: c, app: app, task: task, taskID: taskID}
+	w.claims.init(ahead)
+	w.claims.extra = ahead
 	return &ClaimBufferForTest{w: w, session: session, threshold: settings.KeepAliveDeathThreshold, declaredSettings: declared}, nil
 }
 

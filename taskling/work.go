@@ -43,9 +43,10 @@ type WorkOptions struct {
 //
 // fn returning an error (or panicking), fn marking its execution failed (Execution.RecordError
 // with markFailed, even if fn then returns nil), or its process dying at any point, sends it back
-// to waiting for another attempt, until MaxAttempts attempts were made; it is then dead. An attempt that cannot start because of what the
-// submission holds (a value a start refuses) costs an attempt too, with no execution: a
-// submission that fails every time ends dead and never holds back the ones behind it.
+// to waiting for another attempt, until MaxAttempts attempts were made; it is then dead. An
+// attempt that cannot start because of what the submission holds (a value a start refuses) costs
+// an attempt too, with no execution: a submission that fails every time ends dead and never holds
+// back the ones behind it.
 //
 // When ctx ends (or Shutdown is called) Work stops taking submissions, lets those running finish
 // for up to DrainTimeout (Shutdown: its own deadline), then cancels their contexts with
@@ -82,7 +83,8 @@ func (c *Client) Work(ctx context.Context, app, task string, fn func(ctx context
 	if err != nil {
 		return err
 	}
-	w := &worker{c: c, app: app, task: task, taskID: taskID, fn: fn, claims: claimBuffer{ahead: claimAhead(o.Workers)}}
+	w := &worker{c: c, app: app, task: task, taskID: taskID, fn: fn}
+	w.claims.init(claimAhead(o.Workers))
 	// stop ends the taking of submissions; runCtx, the running ones, DrainTimeout later.
 	stopCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -291,9 +293,16 @@ func (w *worker) unclaim(ctx context.Context, subs []submitstore.ClaimedSubmissi
 // workers are all busy does not keep them from idle ones.
 func claimAhead(workers int) int { return min(8, workers/5) }
 
-// claimedAheadFor is how long submissions claimed ahead wait for a worker of their Work call
-// (checked every half of it).
+// claimedAheadFor is how long submissions claimed ahead wait for a worker of their Work call.
 const claimedAheadFor = 100 * time.Millisecond
+
+// init makes b claim up to ahead more than its workers ask for (claimAhead).
+func (b *claimBuffer) init(ahead int) {
+	b.ahead = ahead
+	if ahead > 0 {
+		b.leftover = make(chan struct{}, 1)
+	}
+}
 
 // claimBuffer claims submissions for a Work call's idle workers in one statement: as many as
 // there are workers asking at that moment, and extra more.
@@ -307,6 +316,9 @@ type claimBuffer struct {
 	claimed   []submitstore.ClaimedSubmission
 	claimedAt time.Time // when claimed was claimed
 	claimedBy int64     // the session that claimed them
+	// leftover tells expire that a claim left submissions no worker asked for (nil: none are
+	// claimed ahead).
+	leftover  chan struct{}
 	lastEmpty time.Time // when a claim last found nothing
 	// deferred are keys whose rate had no room for a submission, until when; paused, when the
 	// task's rate had none, until when no claim is made (docs/rates.md).
@@ -381,6 +393,12 @@ func (b *claimBuffer) take(ctx context.Context, w *worker, session int64, thresh
 	}
 	sub := b.claimed[0]
 	b.claimed = b.claimed[1:]
+	if len(b.claimed) > 0 {
+		select {
+		case b.leftover <- struct{}{}:
+		default: // expire knows already
+		}
+	}
 	return &sub, nil
 }
 
@@ -404,26 +422,47 @@ func (b *claimBuffer) dropDeferred(now time.Time) []submitstore.ClaimedSubmissio
 }
 
 // expire gives back the submissions claimed ahead that no worker took within claimedAheadFor,
-// and what is left once ctx ends (Work takes no more).
+// and what is left once ctx ends (Work takes no more). It waits only while some are left.
 func (b *claimBuffer) expire(ctx context.Context, w *worker) {
-	tick := time.NewTicker(claimedAheadFor / 2)
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			b.drop(ctx, w)
 			return
-		case <-tick.C:
+		case <-b.leftover:
 		}
-		b.mu.Lock()
-		var stale []submitstore.ClaimedSubmission
-		if len(b.claimed) > 0 && time.Since(b.claimedAt) > claimedAheadFor {
-			stale, b.claimed, b.extra = b.claimed, nil, 0
+		for wait := claimedAheadFor; wait > 0; {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				b.drop(ctx, w)
+				return
+			case <-t.C:
+			}
+			wait = b.giveBackStale(ctx, w)
 		}
-		by := b.claimedBy
-		b.mu.Unlock()
-		w.unclaim(ctx, stale, by)
 	}
+}
+
+// giveBackStale gives back what is left of a claim made claimedAheadFor ago or more (claiming
+// ahead stops until workers queue again), and returns how long until what is left is stale
+// (0: nothing is left).
+func (b *claimBuffer) giveBackStale(ctx context.Context, w *worker) time.Duration {
+	b.mu.Lock()
+	if len(b.claimed) == 0 {
+		b.mu.Unlock()
+		return 0
+	}
+	if age := time.Since(b.claimedAt); age < claimedAheadFor {
+		b.mu.Unlock()
+		return claimedAheadFor - age
+	}
+	stale, by := b.claimed, b.claimedBy
+	b.claimed, b.extra = nil, 0
+	b.mu.Unlock()
+	w.unclaim(ctx, stale, by)
+	return 0
 }
 
 // drop gives back what no worker took (Work ends).
