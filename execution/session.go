@@ -141,8 +141,12 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 	return lost, cancelReasons, renewed, nil
 }
 
-// timelineSQL is taskling.timeline() written out: heartbeats also run on schemas older than it.
-const timelineSQL = `SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer`
+// timelineExpr is taskling.timeline() written out: heartbeats also run on schemas older than it,
+// and the function, STABLE around a volatile call, is not inlined: its body was parsed again at
+// every call, twice per token transaction.
+const timelineExpr = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer`
+
+const timelineSQL = `SELECT ` + timelineExpr
 
 // heartbeatConn is the connection heartbeats are sent on: one of their own, opened like the
 // pool's, so that a pool busy with token transactions (or exhausted by the application) never

@@ -38,7 +38,7 @@ FOR NO KEY UPDATE OF d`
 const clockSQL = `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, t.tl, e.timeline IS NOT NULL,
     coalesce(CASE WHEN e.since = '-infinity' THEN 0 ELSE (extract(epoch FROM e.since) * 1000000)::bigint END, 0),
     coalesce(e.fence_base, 0)
-FROM (SELECT taskling.timeline() AS tl) t LEFT JOIN taskling.epoch e ON e.timeline = t.tl`
+FROM (SELECT ` + timelineExpr + ` AS tl) t LEFT JOIN taskling.epoch e ON e.timeline = t.tl`
 
 // registerEpochSQL records a timeline seen for the first time: grants on it wait one threshold
 // from now, and its fences start above anything an older timeline handed out.
@@ -126,7 +126,7 @@ FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $
          declared_key_limit, declared_keys)
 WHERE d.id = ANY($1) AND d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
     AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
-    AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = taskling.timeline())
+    AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = ` + timelineExpr + `)
 RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
