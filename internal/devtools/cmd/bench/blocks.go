@@ -4,14 +4,15 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/devtools/bench"
 	"github.com/taskling-go/taskling/taskling"
 )
 
-// blocksPer are the blocks per execution measured: the execution's own start, take and completion
-// are shared by fewer or more blocks.
+// blocksPer are the blocks per execution measured (-blocks-per): the execution's own start, take
+// and completion are shared by fewer or more blocks.
 var blocksPer = []int{10, 50}
 
 const (
@@ -23,48 +24,52 @@ const (
 
 // blocksResult is what the block scenarios measured.
 type blocksResult struct {
-	d           time.Duration
-	blocks, raw map[int]int64 // by blocks per execution
+	d      time.Duration
+	rounds int
+	// blocks and raw are the blocks completed over every window, by blocks per execution; ratios
+	// are each round's.
+	blocks, raw map[int]int64
+	ratios      map[int][]float64
 	// blocksBusy and rawBusy are the fraction of the machine's CPU (every process, every core)
-	// busy in the measuring window, by blocks per execution: when both are near 1, each mode's
+	// busy in the measuring windows, by blocks per execution: when both are near 1, each mode's
 	// rate is what its blocks cost in CPU, and the ratio is theirs.
 	blocksBusy, rawBusy map[int]float64
 	items, itemsRaw     map[taskling.CommitMode]float64
 	modeNames           map[taskling.CommitMode]string
 }
 
-func (e *environment) blocks(ctx context.Context, d time.Duration) (*blocksResult, error) {
-	r := &blocksResult{d: d, blocks: map[int]int64{}, raw: map[int]int64{}, blocksBusy: map[int]float64{}, rawBusy: map[int]float64{}, items: map[taskling.CommitMode]float64{}, itemsRaw: map[taskling.CommitMode]float64{},
+// blocks measures the block scenarios: per blocks per execution, rounds windows of d of each mode,
+// alternating (taskling first, then raw first: a machine whose speed drifts between windows, as
+// this one's does by ±15 %, biases neither), then the list items' commits.
+func (e *environment) blocks(ctx context.Context, d time.Duration, rounds int) (*blocksResult, error) {
+	r := &blocksResult{d: d, rounds: rounds, blocks: map[int]int64{}, raw: map[int]int64{}, ratios: map[int][]float64{},
+		blocksBusy: map[int]float64{}, rawBusy: map[int]float64{}, items: map[taskling.CommitMode]float64{}, itemsRaw: map[taskling.CommitMode]float64{},
 		modeNames: map[taskling.CommitMode]string{taskling.CommitEachItem: "each item", taskling.CommitPeriodically: "every 100",
 			taskling.CommitAtEnd: "at the end"}}
 	for _, per := range blocksPer {
-		for _, mode := range []string{"blocks", "rawblocks"} {
-			fmt.Printf("blocks: %s, %d processes × %d goroutines, %d blocks per execution, %s…\n", mode, blocksProcs, blocksGoroutines, per, d)
-			pool, done, err := e.fresh(ctx, 0, nil)
-			if err != nil {
-				return nil, err
+		for round := range rounds {
+			modes := []string{"blocks", "rawblocks"}
+			if round%2 == 1 {
+				modes[0], modes[1] = modes[1], modes[0]
 			}
-			start := time.Now().Add(3 * time.Second)
-			busy := machineBusy(start, d)
-			results, err := children(ctx, blocksProcs, "-child", mode, "-database-url", pool.Config().ConnString(),
-				"-goroutines", fmt.Sprint(blocksGoroutines), "-limit", fmt.Sprint(blocksProcs*blocksGoroutines), "-isolation", "read committed",
-				"-child-holders", fmt.Sprint(per), "-start-at", fmt.Sprint(start.UnixNano()), "-child-duration", d.String())
-			done()
-			if err != nil {
-				return nil, err
-			}
-			for _, c := range results {
+			var got [2]int64
+			for _, mode := range modes {
+				fmt.Printf("blocks: %s, %d processes × %d goroutines, %d blocks per execution, %s (round %d/%d)…\n", mode, blocksProcs, blocksGoroutines, per, d, round+1, rounds)
+				n, busy, err := e.blockWindow(ctx, mode, per, d)
+				if err != nil {
+					return nil, err
+				}
 				if mode == "blocks" {
-					r.blocks[per] += c.Cycles
+					r.blocks[per] += n
+					r.blocksBusy[per] += busy / float64(rounds)
+					got[0] = n
 				} else {
-					r.raw[per] += c.Cycles
+					r.raw[per] += n
+					r.rawBusy[per] += busy / float64(rounds)
+					got[1] = n
 				}
 			}
-			if mode == "blocks" {
-				r.blocksBusy[per] = <-busy
-			} else {
-				r.rawBusy[per] = <-busy
-			}
+			r.ratios[per] = append(r.ratios[per], float64(got[0])/float64(max(1, got[1])))
 		}
 	}
 	fmt.Printf("blocks: %d list items committed in each mode, blocks of %d…\n", itemsN, itemsBlockSize)
@@ -89,12 +94,36 @@ func (e *environment) blocks(ctx context.Context, d time.Duration) (*blocksResul
 	return r, nil
 }
 
+// blockWindow runs one window of a block scenario (mode blocks or rawblocks) on a fresh database:
+// the blocks completed, and the fraction of the machine's CPU busy meanwhile.
+func (e *environment) blockWindow(ctx context.Context, mode string, per int, d time.Duration) (int64, float64, error) {
+	pool, done, err := e.fresh(ctx, 0, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer done()
+	start := time.Now().Add(3 * time.Second)
+	busy := machineBusy(start, d)
+	results, err := children(ctx, blocksProcs, "-child", mode, "-database-url", pool.Config().ConnString(),
+		"-goroutines", fmt.Sprint(blocksGoroutines), "-limit", fmt.Sprint(blocksProcs*blocksGoroutines), "-isolation", "read committed",
+		"-child-holders", fmt.Sprint(per), "-start-at", fmt.Sprint(start.UnixNano()), "-child-duration", d.String())
+	if err != nil {
+		return 0, 0, err
+	}
+	var n int64
+	for _, c := range results {
+		n += c.Cycles
+	}
+	return n, <-busy, nil
+}
+
 func (r *blocksResult) print() {
-	fmt.Println("Blocks (one run):")
-	secs := r.d.Seconds()
+	fmt.Printf("Blocks (%d alternating windows of %s per mode):\n", r.rounds, r.d)
+	secs := r.d.Seconds() * float64(r.rounds)
 	for _, per := range blocksPer {
-		fmt.Printf("  blocks taken, started and completed, %d processes × %d goroutines, %d blocks per execution: %.0f blocks/s vs %.0f raw: %.2f× (target ≥ 0.5×)\n",
-			blocksProcs, blocksGoroutines, per, float64(r.blocks[per])/secs, float64(r.raw[per])/secs, float64(r.blocks[per])/float64(max(1, r.raw[per])))
+		fmt.Printf("  blocks taken, started and completed, %d processes × %d goroutines, %d blocks per execution: %.0f blocks/s vs %.0f raw: %.2f× (target ≥ 0.5×; windows %.2f–%.2f×)\n",
+			blocksProcs, blocksGoroutines, per, float64(r.blocks[per])/secs, float64(r.raw[per])/secs, float64(r.blocks[per])/float64(max(1, r.raw[per])),
+			slices.Min(r.ratios[per]), slices.Max(r.ratios[per]))
 		if r.blocksBusy[per] > 0 {
 			cpuMS := func(busy float64, blocks int64) float64 {
 				return busy * secs * 1000 * float64(runtime.NumCPU()) / float64(max(1, blocks))

@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type options struct {
 	only                        string
 	flow                        flowOptions
 	blocks                      time.Duration
+	blockRounds                 int
 	pgbouncer                   time.Duration
 }
 
@@ -46,7 +48,19 @@ func main() {
 	flag.DurationVar(&o.flow.window, "flow-window", 10*time.Second, "window of the slot utilization scenario (0 skips the waiting and submission scenarios)")
 	flag.IntVar(&o.flow.submissions, "submissions", 10000, "submissions drained in the submission scenario")
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
-	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of the block scenarios (0 skips them)")
+	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of each block scenario window (0 skips them)")
+	flag.IntVar(&o.blockRounds, "blocks-rounds", 3, "windows of each block scenario, the taskling and raw ones alternating")
+	flag.Func("blocks-per", "blocks per execution of the block scenarios, comma-separated (default 10,50)", func(v string) error {
+		blocksPer = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("blocks per execution %q: want a positive integer", f)
+			}
+			blocksPer = append(blocksPer, n)
+		}
+		return nil
+	})
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
 	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
 	flag.DurationVar(&o.rateDuration, "rate-duration", 30*time.Second, "measuring time of the rate scenario whose goroutines wait for the rate (issue 27: 30 s)")
@@ -116,7 +130,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var blocks *blocksResult
 	if o.blocks > 0 {
-		if blocks, err = env.blocks(ctx, o.blocks); err != nil {
+		if blocks, err = env.blocks(ctx, o.blocks, max(1, o.blockRounds)); err != nil {
 			return fmt.Errorf("blocks: %w", err)
 		}
 	}
