@@ -143,7 +143,7 @@ func (s *Store) Heartbeat(ctx context.Context, session int64, executions, submis
 
 // timelineExpr is taskling.timeline() written out: heartbeats also run on schemas older than it,
 // and the function, STABLE around a volatile call, is not inlined: its body was parsed again at
-// every call, twice per token transaction.
+// every call, once in every token transaction (the clock read, or the fast path's write).
 const timelineExpr = `('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer`
 
 const timelineSQL = `SELECT ` + timelineExpr

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
@@ -72,22 +73,52 @@ func TestSettlePlanUpgradeSettlesAttemptsStartedBefore(t *testing.T) {
 	u.requireSettled(t)
 }
 
-// TestSettleRunningUpgradeSettlesAttemptsStartedBefore: 0025 (the settlement trigger skips the
-// endings no running submission names) on a database of 0024 with two submissions whose attempts
-// run and a holder that is no submission's attempt. Ended after the upgrade in one statement, the
-// attempts are settled by the trigger alone (no Work runs, whose sweep would mend a missed
-// settlement); the holder's ending among them changes nothing.
+// TestSettleRunningUpgradeSettlesAttemptsStartedBefore: 0025 (the settlement trigger returns at
+// once when no running submission names the executions ended) on a database of 0024 with two
+// submissions whose attempts run and a holder that is no submission's attempt. After the upgrade
+// the attempts, ended in one statement, are settled by the trigger alone (no Work runs, whose
+// sweep would mend a missed settlement); the holder's ending fires the trigger, which settles
+// nothing and no longer calls the settlement (it did before the migration).
 func TestSettleRunningUpgradeSettlesAttemptsStartedBefore(t *testing.T) {
 	t.Parallel()
 	u := newSettleUpgrade(t, 24, 4)
 	plain := u.start(t, nil)
+	// end ends executions in one statement and returns how often the trigger and the settlement
+	// ran for it (the counts a backend has not yet reported accumulate over its transactions).
+	end := func(execs []int64, failed int64) (triggers, settlements int64) {
+		require.NoError(t, pgx.BeginFunc(u.ctx, u.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(u.ctx, `SET LOCAL track_functions = 'pl'`); err != nil {
+				return err
+			}
+			calls := func() (trig, settle int64, err error) {
+				err = tx.QueryRow(u.ctx, `SELECT coalesce(sum(calls) FILTER (WHERE funcname = 'settle_submissions'), 0),
+                    coalesce(sum(calls) FILTER (WHERE funcname = 'settle_attempts'), 0)
+                    FROM pg_stat_xact_user_functions WHERE schemaname = 'taskling'`).Scan(&trig, &settle)
+				return trig, settle, err
+			}
+			trig0, settle0, err := calls()
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(u.ctx, `INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
+                SELECT id, CASE WHEN id = $2 THEN taskling.end_outcome('failed') ELSE taskling.end_outcome('completed') END, clock_timestamp()
+                FROM unnest($1::bigint[]) AS id`, execs, failed); err != nil {
+				return err
+			}
+			trig1, settle1, err := calls()
+			triggers, settlements = trig1-trig0, settle1-settle0
+			return err
+		}))
+		return triggers, settlements
+	}
 
 	require.NoError(t, migrations.Up(u.ctx, u.pool))
 
 	require.NoError(t, u.second.RecordError(u.ctx, "boom", true))
-	u.exec(t, `INSERT INTO taskling.execution_end (execution_id, outcome, last_heartbeat)
-        SELECT id, CASE WHEN id = $2 THEN taskling.end_outcome('failed') ELSE taskling.end_outcome('completed') END, clock_timestamp()
-        FROM unnest($1::bigint[]) AS id`, []int64{u.first.ID(), u.second.ID(), plain.ID()}, u.second.ID())
+	triggers, settlements := end([]int64{u.first.ID(), u.second.ID()}, u.second.ID())
+	require.Equal(t, [2]int64{1, 1}, [2]int64{triggers, settlements})
 	u.requireSettled(t)
+	triggers, settlements = end([]int64{plain.ID()}, 0)
+	require.Equal(t, [2]int64{1, 0}, [2]int64{triggers, settlements}, "an ending no submission names is not settled")
 	require.NoError(t, u.start(t, nil).Complete(u.ctx), "an ending alone, after the upgrade")
 }

@@ -39,8 +39,9 @@ type blocksResult struct {
 }
 
 // blocks measures the block scenarios: per blocks per execution, rounds windows of d of each mode,
-// alternating (taskling first, then raw first: a machine whose speed drifts between windows, as
-// this one's does by ±15 %, biases neither), then the list items' commits.
+// alternating taskling, raw, raw, taskling, … (with an even number of rounds, a machine whose
+// speed drifts steadily between windows, as this one's does by ±15 %, biases neither), then the
+// list items' commits.
 func (e *environment) blocks(ctx context.Context, d time.Duration, rounds int) (*blocksResult, error) {
 	r := &blocksResult{d: d, rounds: rounds, blocks: map[int]int64{}, raw: map[int]int64{}, ratios: map[int][]float64{},
 		blocksBusy: map[int]float64{}, rawBusy: map[int]float64{}, items: map[taskling.CommitMode]float64{}, itemsRaw: map[taskling.CommitMode]float64{},

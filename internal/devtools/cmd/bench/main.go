@@ -49,13 +49,16 @@ func main() {
 	flag.IntVar(&o.flow.submissions, "submissions", 10000, "submissions drained in the submission scenario")
 	flag.IntVar(&o.flow.handovers, "handovers", 200, "grants per process in the handover scenario")
 	flag.DurationVar(&o.blocks, "blocks-duration", 5*time.Second, "measuring time of each block scenario window (0 skips them)")
-	flag.IntVar(&o.blockRounds, "blocks-rounds", 3, "windows of each block scenario, the taskling and raw ones alternating")
+	flag.IntVar(&o.blockRounds, "blocks-rounds", 4, "windows of each block scenario and mode, alternating (taskling, raw, raw, taskling, …: an even number cancels a steady drift)")
 	flag.Func("blocks-per", "blocks per execution of the block scenarios, comma-separated (default 10,50)", func(v string) error {
 		blocksPer = nil
 		for f := range strings.SplitSeq(v, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 {
 				return fmt.Errorf("blocks per execution %q: want a positive integer", f)
+			}
+			if slices.Contains(blocksPer, n) {
+				return fmt.Errorf("blocks per execution %d given twice", n)
 			}
 			blocksPer = append(blocksPer, n)
 		}
