@@ -190,3 +190,32 @@ func TestContinuedRangesReadWhereTheTasksBlocksEndByIndex(t *testing.T) {
 	require.Eventually(t, func() bool { return scans() > before }, 10*time.Second, 50*time.Millisecond,
 		"the take did not read the end of the task's blocks by block_numeric_end_idx")
 }
+
+// TestTakesUseGenericPlans: the forced blocks' claim and the ranges' insert of a take use their
+// generic plans. PostgreSQL otherwise keeps planning them for each call's parameters (it judged
+// those custom plans cheaper), which cost about as much as running them.
+func TestTakesUseGenericPlans(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, e.Complete(b.ctx)) }()
+	for range 8 {
+		blocks, err := e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: 1 << 40, MaxSize: 10},
+			&taskling.BlockOptions{MaxBlocks: 2, ContinueFromLast: true})
+		require.NoError(t, err)
+		require.Len(t, blocks, 2)
+	}
+	var generic, custom int64
+	for _, conn := range b.pool.AcquireAllIdle(b.ctx) {
+		var g, c int64
+		err := conn.QueryRow(b.ctx, `SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+            FROM pg_prepared_statements WHERE statement LIKE '%INSERT INTO taskling.block (task_id, kind, execution_id, from_number%'
+               OR statement LIKE '%taskling.forced_block f WHERE f.task_id = $1 AND f.taken_at IS NULL%'`).Scan(&g, &c)
+		conn.Release()
+		require.NoError(t, err)
+		generic, custom = generic+g, custom+c
+	}
+	require.Zero(t, custom, "custom plans of the take's statements")
+	require.GreaterOrEqual(t, generic, int64(16), "generic plans of the take's two statements, 8 takes")
+}
