@@ -13,48 +13,30 @@ import (
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 )
 
-// stmtCounter counts the statements whose text holds marker: casMarker counts the fast path's
-// writes (casTasksSQL: the task row written only if it is still the version the process knew).
-type stmtCounter struct {
-	marker string
-	n      atomic.Int64
-}
+// casCounter counts the fast path's writes (casTasksSQL: the task row written only if it is
+// still the version the process knew).
+type casCounter struct{ n atomic.Int64 }
 
-const casMarker = "d.xmin = u.xmin::xid"
-
-func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, c.marker) {
+func (c *casCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "d.xmin = u.xmin::xid") {
 		c.n.Add(1)
 	}
 	return ctx
 }
 
-func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *casCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (c *stmtCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (c *casCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
 
-func (c *stmtCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if strings.Contains(d.SQL, c.marker) {
+func (c *casCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, "d.xmin = u.xmin::xid") {
 		c.n.Add(1)
 	}
 }
 
-func (c *stmtCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
-
-// counted is a pool on url whose statements holding marker are counted.
-func counted(t *testing.T, url, marker string) (*pgxpool.Pool, *stmtCounter) {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	c := &stmtCounter{marker: marker}
-	cfg.ConnConfig.Tracer = c
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, c
-}
+func (c *casCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // TestAContendedTaskBacksOffTheFastPath: two processes whose requests on one task alternate each
 // find the row changed by the other at every fast attempt — a wasted round trip and an aborted transaction
@@ -64,7 +46,13 @@ func counted(t *testing.T, url, marker string) (*pgxpool.Pool, *stmtCounter) {
 func TestAContendedTaskBacksOffTheFastPath(t *testing.T) {
 	t.Parallel()
 	_, url := pgtest.NewDB(t)
-	pool, cas := counted(t, url, casMarker)
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	cas := &casCounter{}
+	cfg.ConnConfig.Tracer = cas
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	a, b := setupOn(t, pool, url, nil), setupOn(t, pool, url, nil)
 	cycle := func(p *testBundle) { p.release(t, p.acquire(t, 4)) }
 	cycle(a)
@@ -91,29 +79,4 @@ func TestAContendedTaskBacksOffTheFastPath(t *testing.T) {
 		cycle(b)
 	}
 	require.Equal(t, int64(20), cas.n.Load(), "alone on its task, every acquire and release takes the fast path")
-}
-
-// TestTheUsualPathTakesIdsReservedAhead: acquisitions that take the usual path (two processes
-// alternating on one task: the fast path backs off) take their execution ids from those their
-// process reserved ahead, as the fast path does, so most of their transactions reserve none.
-func TestTheUsualPathTakesIdsReservedAhead(t *testing.T) {
-	t.Parallel()
-	_, url := pgtest.NewDB(t)
-	pool, reserves := counted(t, url, "FROM generate_series(1, $1)")
-	a, b := setupOn(t, pool, url, nil), setupOn(t, pool, url, nil)
-	const turns = 30
-	seen := map[int64]bool{}
-	for range turns {
-		ra, rb := a.acquire(t, 4), b.acquire(t, 4)
-		for _, id := range []int64{ra.ExecutionID, rb.ExecutionID} {
-			require.False(t, seen[id], "execution id %d given twice", id)
-			seen[id] = true
-		}
-		a.release(t, ra)
-		b.release(t, rb)
-	}
-	n := reserves.n.Load()
-	t.Logf("%d reservations for %d acquisitions", n, 2*turns)
-	// A reservation of 16 lasts at least 8 acquisitions of a process.
-	require.LessOrEqual(t, n, int64(2*(turns/8+2)), "reservations for %d acquisitions", 2*turns)
 }

@@ -124,7 +124,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	slices.Sort(ids)
 	states := map[int64]txState{}
-	var reserved *[]int64
+	var reserved []int64
 	heartbeats := map[int64]int64{}
 	claims := map[int64]map[string]claim{}
 	ended := map[int64]int16{}
@@ -158,7 +158,13 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		queueHandoffRead(b, ids, taskHandoffs)
 	}
 	if acquires > 0 {
-		reserved = s.queueReserve(b, tx, acquires)
+		n := acquires + s.cache.toReserve()
+		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
+			var err error
+			reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+			tx.reservedAhead = reserved[min(acquires, len(reserved)):]
+			return err
+		})
 	}
 	if len(refs) > 0 {
 		b.Queue(claimsSQL, refTasks, refs).Query(func(rows pgx.Rows) error { return scanClaims(rows, claims) })
@@ -189,8 +195,8 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		}
 		for _, o := range tasks[id] {
 			if o.acquire != nil {
-				st.reserved = append(st.reserved, (*reserved)[0])
-				*reserved = (*reserved)[1:]
+				st.reserved = append(st.reserved, reserved[0])
+				reserved = reserved[1:]
 			}
 		}
 		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
@@ -211,29 +217,6 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
-}
-
-// queueReserve returns the execution ids of a transaction's acquires: ids reserved ahead when this
-// process has enough (no statement), else ids reserved now (reserveIDsSQL, read when b is sent).
-// Either way it queues the reservation of ids ahead when fewer than half of a reservation are
-// left; they are the cache's once the transaction commits.
-func (s *Store) queueReserve(b *txBatch, tx *txConn, acquires int) *[]int64 {
-	ids, enough := s.cache.takeIDs(acquires)
-	n := s.cache.toReserve()
-	if !enough {
-		n += acquires
-	}
-	if n > 0 {
-		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
-			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if !enough {
-				ids, got = got[:min(acquires, len(got))], got[min(acquires, len(got)):]
-			}
-			tx.reservedAhead = got
-			return err
-		})
-	}
-	return &ids
 }
 
 // queueKeyedReads queues the reads of the tasks' keyed waiters and of their rates, as the schema
