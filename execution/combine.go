@@ -264,7 +264,7 @@ func (s *Store) runBatch(batch []*op) {
 			})
 		}
 		if err == nil || errors.Is(err, errRollback) {
-			s.remember(tx.seen, tx.reservedAhead)
+			s.remember(tx.seen, tx.reservedAhead, tx.epoch)
 		} else {
 			s.forget(live)
 			if tx != nil && tx.committing && IsConnectionError(err) {

@@ -28,6 +28,9 @@ type rowCache struct {
 	mu   sync.Mutex
 	rows map[int64]taskRow
 	ids  []int64
+	// idsEpoch is the epoch ids were reserved on: after a failover the new primary's sequence
+	// may hand them out again.
+	idsEpoch epoch
 	// ahead is how many ids to reserve ahead (below reserveAhead: reserveAhead).
 	ahead int
 	// contended are the tasks whose last fast attempt failed (their stripe was held, or their
@@ -89,8 +92,9 @@ const (
 	maxReserveAhead = 2 * maxBatch
 )
 
-// remember records the rows a committed transaction saw.
-func (s *Store) remember(rows map[int64]taskRow, ids []int64) {
+// remember records the rows a committed transaction saw, and the ids it reserved ahead on epoch
+// ep (they replace any reserved on another).
+func (s *Store) remember(rows map[int64]taskRow, ids []int64, ep epoch) {
 	c := &s.cache
 	c.mu.Lock()
 	if c.rows == nil {
@@ -99,7 +103,12 @@ func (s *Store) remember(rows map[int64]taskRow, ids []int64) {
 	for id, r := range rows {
 		c.rows[id] = r
 	}
-	c.ids = append(c.ids, ids...)
+	if len(ids) > 0 {
+		if c.idsEpoch != ep {
+			c.ids, c.idsEpoch = nil, ep
+		}
+		c.ids = append(c.ids, ids...)
+	}
 	c.mu.Unlock()
 	for id, r := range rows {
 		s.comb.notePage(id, r.block)
@@ -116,10 +125,13 @@ func (s *Store) forget(ops []*op) {
 	}
 }
 
-// takeIDs takes n ids reserved ahead, or none if there are fewer.
-func (c *rowCache) takeIDs(n int) ([]int64, bool) {
+// takeIDs takes n ids reserved ahead on epoch ep, or none if there are fewer.
+func (c *rowCache) takeIDs(n int, ep epoch) ([]int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.idsEpoch != ep {
+		c.ids = nil
+	}
 	if len(c.ids) < n {
 		c.ahead = min(max(c.ahead, 2*n), maxReserveAhead)
 		return nil, false
@@ -175,16 +187,16 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 		rows[id] = r
 	}
 	s.cache.mu.Unlock()
-	ids, enough := s.cache.takeIDs(acquires)
+	ep = s.epoch.Load() // the CAS checks that the server still writes on its timeline
+	if ep == nil {
+		return nil, nil, nil, false
+	}
+	ids, enough := s.cache.takeIDs(acquires, *ep)
 	if !enough {
 		return nil, nil, nil, false
 	}
 	taken := ids
 	plans = map[int64]*txPlan{}
-	ep = s.epoch.Load() // the CAS checks that the server still writes on its timeline
-	if ep == nil {
-		return nil, nil, nil, false
-	}
 	for id, ops := range tasks {
 		st := rows[id].state
 		st.blind, st.epoch = true, *ep
@@ -199,7 +211,9 @@ func (s *Store) fastPlans(tasks map[int64][]*op) (plans map[int64]*txPlan, rows 
 		if err != nil || plan.nothingToWrite(st) || plan.hasErrors() || len(plan.handoffs)+len(plan.lapsed)+len(plan.abandoned) > 0 ||
 			!plan.keys.fastKeyWrites() {
 			s.cache.mu.Lock()
-			s.cache.ids = append(taken, s.cache.ids...) // unused: keep them, in order
+			if s.cache.idsEpoch == *ep {
+				s.cache.ids = append(taken, s.cache.ids...) // unused: keep them, in order
+			}
 			s.cache.mu.Unlock()
 			return nil, nil, nil, false
 		}
@@ -261,7 +275,7 @@ func (s *Store) tryFast(ctx context.Context, ops []*op) []*op {
 		}
 		s.operations.Add(int64(len(tops)))
 	}
-	s.remember(seen, reserved)
+	s.remember(seen, reserved, *ep)
 	s.forget(left)
 	return left
 }

@@ -10,33 +10,52 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/taskling-go/taskling/execution"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 )
 
-// casCounter counts the fast path's writes (casTasksSQL: the task row written only if it is
-// still the version the process knew).
-type casCounter struct{ n atomic.Int64 }
+// stmtCounter counts the statements whose text holds marker: casMarker counts the fast path's
+// writes (casTasksSQL: the task row written only if it is still the version the process knew).
+type stmtCounter struct {
+	marker string
+	n      atomic.Int64
+}
 
-func (c *casCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	if strings.Contains(d.SQL, "d.xmin = u.xmin::xid") {
+const casMarker = "d.xmin = u.xmin::xid"
+
+func (c *stmtCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, c.marker) {
 		c.n.Add(1)
 	}
 	return ctx
 }
 
-func (c *casCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (c *stmtCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-func (c *casCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+func (c *stmtCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	return ctx
 }
 
-func (c *casCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
-	if strings.Contains(d.SQL, "d.xmin = u.xmin::xid") {
+func (c *stmtCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if strings.Contains(d.SQL, c.marker) {
 		c.n.Add(1)
 	}
 }
 
-func (c *casCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+func (c *stmtCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// counted is a pool on url whose statements holding marker are counted.
+func counted(t *testing.T, url, marker string) (*pgxpool.Pool, *stmtCounter) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	c := &stmtCounter{marker: marker}
+	cfg.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool, c
+}
 
 // TestAContendedTaskBacksOffTheFastPath: two processes whose requests on one task alternate each
 // find the row changed by the other at every fast attempt — a wasted round trip and an aborted transaction
@@ -46,13 +65,7 @@ func (c *casCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 func TestAContendedTaskBacksOffTheFastPath(t *testing.T) {
 	t.Parallel()
 	_, url := pgtest.NewDB(t)
-	cfg, err := pgxpool.ParseConfig(url)
-	require.NoError(t, err)
-	cas := &casCounter{}
-	cfg.ConnConfig.Tracer = cas
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool, cas := counted(t, url, casMarker)
 	a, b := setupOn(t, pool, url, nil), setupOn(t, pool, url, nil)
 	cycle := func(p *testBundle) { p.release(t, p.acquire(t, 4)) }
 	cycle(a)
@@ -79,4 +92,63 @@ func TestAContendedTaskBacksOffTheFastPath(t *testing.T) {
 		cycle(b)
 	}
 	require.Equal(t, int64(20), cas.n.Load(), "alone on its task, every acquire and release takes the fast path")
+}
+
+// TestTheUsualPathTakesIdsReservedAhead: acquisitions that take the usual path (two processes
+// alternating on one task: the fast path backs off) take their execution ids from those their
+// process reserved ahead, as the fast path does, so most of their transactions reserve none.
+func TestTheUsualPathTakesIdsReservedAhead(t *testing.T) {
+	t.Parallel()
+	_, url := pgtest.NewDB(t)
+	pool, reserves := counted(t, url, "FROM generate_series(1, $1)")
+	a, b := setupOn(t, pool, url, nil), setupOn(t, pool, url, nil)
+	const turns = 30
+	seen := map[int64]bool{}
+	for range turns {
+		ra, rb := a.acquire(t, 4), b.acquire(t, 4)
+		for _, id := range []int64{ra.ExecutionID, rb.ExecutionID} {
+			require.False(t, seen[id], "execution id %d given twice", id)
+			seen[id] = true
+		}
+		a.release(t, ra)
+		b.release(t, rb)
+	}
+	n := reserves.n.Load()
+	t.Logf("%d reservations for %d acquisitions", n, 2*turns)
+	// A reservation of 16 lasts at least 8 acquisitions of a process.
+	require.LessOrEqual(t, n, int64(2*(turns/8+2)), "reservations for %d acquisitions", 2*turns)
+}
+
+// TestIdsReservedBeforeAFailoverAreNotUsedAfterIt: a process holds ids reserved ahead when its
+// database fails over to a standby that had not received that reservation — the new primary's
+// sequence hands the same ids out again, here to another process. The process's next start, on
+// the usual path, reads the new epoch in its transaction and reserves its id anew rather than
+// take one of those.
+func TestIdsReservedBeforeAFailoverAreNotUsedAfterIt(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDB(t)
+	ctx := context.Background()
+	a := setupOn(t, pool, url, nil)
+	first := a.acquire(t, 100)
+	a.release(t, first)
+	var reservedTo int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT last_value FROM taskling.task_execution_id_seq`).Scan(&reservedTo))
+	require.Greater(t, reservedTo, first.ExecutionID+8, "ids reserved ahead")
+
+	// The failover: the sequence is back to just after first's id, on an epoch of its own (held
+	// by no one: it began an hour ago).
+	_, err := pool.Exec(ctx, `SELECT setval('taskling.task_execution_id_seq', $1)`, first.ExecutionID)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE taskling.epoch SET since = clock_timestamp() - interval '1 hour'`)
+	require.NoError(t, err)
+	b := setupOn(t, pool, url, nil)
+	for range 20 { // b's executions take the ids a holds
+		b.release(t, b.acquire(t, 100))
+	}
+
+	res, err := a.store.Acquire(ctx, a.request(100)) // b wrote the row since: the usual path
+	require.NoError(t, err)
+	require.Equal(t, execution.NotDenied, res.Denied)
+	require.Greater(t, res.ExecutionID, first.ExecutionID+20)
+	a.release(t, res)
 }

@@ -124,7 +124,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 	}
 	slices.Sort(ids)
 	states := map[int64]txState{}
-	var reserved []int64
+	var reserved *reservation
 	heartbeats := map[int64]int64{}
 	claims := map[int64]map[string]claim{}
 	ended := map[int64]int16{}
@@ -158,13 +158,7 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		queueHandoffRead(b, ids, taskHandoffs)
 	}
 	if acquires > 0 {
-		n := acquires + s.cache.toReserve()
-		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
-			var err error
-			reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-			tx.reservedAhead = reserved[min(acquires, len(reserved)):]
-			return err
-		})
+		reserved = s.queueReserve(b, tx, acquires)
 	}
 	if len(refs) > 0 {
 		b.Queue(claimsSQL, refTasks, refs).Query(func(rows pgx.Rows) error { return scanClaims(rows, claims) })
@@ -184,6 +178,12 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		return nil, &errNewEpoch{timeline: ep.timeline}
 	}
 	s.sawEpoch(ep)
+	tx.epoch = ep
+	if reserved != nil {
+		if err := reserved.confirm(ctx, tx, ep); err != nil {
+			return nil, err
+		}
+	}
 	for _, id := range ids {
 		if st, ok := states[id]; ok && (st.protocol >= 3 && !s.epochs.has.Load() || st.protocol >= 4 && !handoffs ||
 			st.protocol >= 5 && !s.epochs.stripes.Load() || st.protocol >= 6 && !keyed || st.protocol >= 7 && !s.epochs.rates.Load()) {
@@ -195,8 +195,8 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		}
 		for _, o := range tasks[id] {
 			if o.acquire != nil {
-				st.reserved = append(st.reserved, reserved[0])
-				reserved = reserved[1:]
+				st.reserved = append(st.reserved, reserved.ids[0])
+				reserved.ids = reserved.ids[1:]
 			}
 		}
 		st.nowUS, st.heartbeats, st.claims, st.ended, st.epoch = nowUS, heartbeats, claims[id], ended, ep
@@ -217,6 +217,60 @@ func (s *Store) readState(ctx context.Context, tx *txConn, tasks map[int64][]*op
 		states[id] = st
 	}
 	return states, nil
+}
+
+// reservation holds the execution ids of a transaction's acquisitions.
+type reservation struct {
+	ids []int64
+	// ahead is the epoch ids reserved ahead were taken on (nil: reserved in this transaction).
+	ahead *epoch
+}
+
+// queueReserve reserves the execution ids of a transaction's acquisitions: ids reserved ahead on
+// the epoch this process knows, when it has enough (no statement), else ids reserved now
+// (reserveIDsSQL, read when b is sent). Either way it queues the reservation of ids ahead when
+// fewer than half of a reservation are left; the cache takes them once the transaction ends.
+func (s *Store) queueReserve(b *txBatch, tx *txConn, acquires int) *reservation {
+	r := &reservation{}
+	enough := false
+	if ep := s.epoch.Load(); ep != nil {
+		r.ids, enough = s.cache.takeIDs(acquires, *ep)
+		if enough {
+			r.ahead = ep
+		}
+	}
+	n := s.cache.toReserve()
+	if !enough {
+		n += acquires
+	}
+	if n > 0 {
+		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
+			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if !enough {
+				r.ids, got = got[:min(acquires, len(got))], got[min(acquires, len(got)):]
+			}
+			tx.reservedAhead = got
+			return err
+		})
+	}
+	return r
+}
+
+// confirm replaces ids reserved ahead on another epoch than ep, the one the transaction reads:
+// after a failover the new primary's sequence may hand them out again (it rewinds with the WAL
+// it lost), so they are reserved again here, in a round trip of their own.
+func (r *reservation) confirm(ctx context.Context, tx *txConn, ep epoch) error {
+	if r.ahead == nil || *r.ahead == ep {
+		return nil
+	}
+	b := tx.batch()
+	b.Queue(reserveIDsSQL, len(r.ids)).Query(func(rows pgx.Rows) error {
+		var err error
+		r.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
+	r.ahead = nil
+	return tx.send(ctx, b)
 }
 
 // queueKeyedReads queues the reads of the tasks' keyed waiters and of their rates, as the schema
@@ -533,8 +587,9 @@ type txConn struct {
 	// granted are the grants the transaction writes: if its commit's outcome is unknown, they
 	// must be given back (see Store.releaseOrphans).
 	granted []ReleaseRequest
-	// reservedAhead are execution ids reserved for later fast acquisitions.
+	// reservedAhead are execution ids reserved for later acquisitions, on epoch.
 	reservedAhead []int64
+	epoch         epoch
 }
 
 // taskRow is a task row as the token logic reads it (statements.go).
