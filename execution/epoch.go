@@ -86,7 +86,9 @@ func (s *Store) sawEpoch(ep epoch) {
 	prev := s.epoch.Swap(&ep)
 	if prev != nil && prev.timeline != 0 && ep.timeline != 0 && (prev.timeline != ep.timeline || prev.sinceUS != ep.sinceUS) {
 		// Ids reserved from the old primary's sequence may come back from the new one's (it
-		// rewinds with lost WAL): drop them, and the rows cached from the old primary.
+		// rewinds with lost WAL): drop them, and the rows cached from the old primary. (Ids
+		// also carry their epoch: those a transaction on the old one remembers later are
+		// dropped when taken.)
 		s.cache.mu.Lock()
 		s.cache.ids, s.cache.rows = nil, map[int64]taskRow{}
 		s.cache.mu.Unlock()

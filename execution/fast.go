@@ -339,7 +339,12 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 		b.Queue(fastNotifySQL, freed, payloads)
 	}
 	if n := s.cache.toReserve(); n > 0 {
-		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
+		reserve, reserveArgs := reserveIDsSQL, []any{n}
+		if s.epochs.has.Load() {
+			// Remembered as reserved on the timeline the CAS checks: none from another server.
+			reserve, reserveArgs = reserveOnTimelineSQL, []any{n, timeline}
+		}
+		b.Queue(reserve, reserveArgs...).Query(func(rows pgx.Rows) error {
 			var err error
 			*reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 			return err

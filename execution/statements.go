@@ -48,6 +48,11 @@ VALUES ($1::integer, clock_timestamp(), $1::integer::bigint << 40) ON CONFLICT (
 // reserveIDsSQL reserves the ids of the executions the transaction may insert.
 const reserveIDsSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)`
 
+// reserveOnTimelineSQL is reserveIDsSQL when the server writes on timeline $2 (the fast path's
+// CAS checks the same), else nothing.
+const reserveOnTimelineSQL = `SELECT nextval('taskling.task_execution_id_seq') FROM generate_series(1, $1)
+WHERE EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $2 AND e.timeline = ` + timelineExpr + `)`
+
 // sessionsSQL reads the last heartbeat (µs) of every session the tasks' holders belong to.
 const sessionsSQL = `
 SELECT s.id, (extract(epoch FROM s.last_heartbeat) * 1000000)::bigint

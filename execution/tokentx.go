@@ -233,7 +233,8 @@ type reservation struct {
 func (s *Store) queueReserve(b *txBatch, tx *txConn, acquires int) *reservation {
 	r := &reservation{}
 	enough := false
-	if ep := s.epoch.Load(); ep != nil {
+	// Before taskling.epoch (0012) every epoch reads as zero: no failover would show.
+	if ep := s.epoch.Load(); ep != nil && s.epochs.has.Load() {
 		r.ids, enough = s.cache.takeIDs(acquires, *ep)
 		if enough {
 			r.ahead = ep
@@ -246,11 +247,14 @@ func (s *Store) queueReserve(b *txBatch, tx *txConn, acquires int) *reservation 
 	if n > 0 {
 		b.Queue(reserveIDsSQL, n).Query(func(rows pgx.Rows) error {
 			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+			if err != nil {
+				return err
+			}
 			if !enough {
 				r.ids, got = got[:min(acquires, len(got))], got[min(acquires, len(got)):]
 			}
 			tx.reservedAhead = got
-			return err
+			return nil
 		})
 	}
 	return r
