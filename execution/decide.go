@@ -437,6 +437,14 @@ func (d *decider) release(i int, r *ReleaseRequest) {
 		out.LeaseLost = prior == codes.OutcomeReclaimed
 		return
 	}
+	if _, pending := d.st.handoffs[r.ExecutionID]; pending {
+		// Its grant's row is still here, so this database never saw the take that started it:
+		// a failover lost it. The slot goes back as a leaving waiter's would, and the lease is
+		// reported lost rather than a completion this database cannot record.
+		d.giveBack(r.ExecutionID)
+		out.LeaseLost = true
+		return
+	}
 	held := false
 	if d.list.IsUnlimited() {
 		_, held = d.terms[r.ExecutionID] // an unlimited task's holder holds while its terms do

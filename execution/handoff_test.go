@@ -284,3 +284,19 @@ func TestAKeyedWaiterGrantedItsSlotTakesItAndStartsNothing(t *testing.T) {
 	require.Empty(t, plan.inserts, "no execution is started by the attempt")
 	require.Equal(t, []int64{50}, parsed(t, plan.tokens).Grantees())
 }
+
+// TestAReleaseOfAGrantNotTakenHereGivesItBack: a release of an execution whose grant's row is
+// still here — the database never saw the take that started it, which a failover lost — returns
+// the slot as a leaving waiter's would (to the next direct ticket) and reports the lease lost: no
+// completion is recorded for an execution this database never started.
+func TestAReleaseOfAGrantNotTakenHereGivesItBack(t *testing.T) {
+	st := grantedTo50(handoff{lapseUS: nowUS + 1e6})
+	plan, err := decide(st, []request{releaseReq(50, uuid.MustParse(t1))}, counter())
+	require.NoError(t, err)
+	require.True(t, plan.results[0].release.LeaseLost)
+	require.Empty(t, plan.completes, "no end recorded")
+	require.Equal(t, []int64{50}, plan.lapsed)
+	require.Equal(t, []int64{50}, plan.abandoned)
+	require.Len(t, plan.handoffs, 1, "the slot goes on to the next direct ticket")
+	require.Equal(t, int64(51), plan.handoffs[0].exec)
+}
