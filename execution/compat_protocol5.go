@@ -1,5 +1,7 @@
 package execution
 
+import "strings"
+
 // Compatibility with a schema older than keys (grant protocol 5, before migration 0022): a binary
 // of this release serves such a database during a rolling upgrade, until it is migrated, by the
 // statements of protocol 5 — keyed starts are refused there. Delete this file, and the keys
@@ -136,3 +138,7 @@ s AS (
     RETURNING s.id, s.attempts, e.id AS exec),
 a AS (INSERT INTO taskling.submission_attempt (submission_id, attempt, execution_id) SELECT id, attempts, exec FROM s RETURNING attempt)
 SELECT e.id, e.token_id, e.fence, e.started_at, e.keep_alive_death_threshold, coalesce((SELECT attempt FROM a), 0) FROM e`
+
+// p5HandoffCasTasksSQL is p5CasTasksSQL on a schema with handoffs (0013): no grant to a ticket may
+// be pending (casTasksSQL).
+var p5HandoffCasTasksSQL = strings.Replace(p5CasTasksSQL, "\nRETURNING d.id", "\n"+noPendingHandoffSQL+"\nRETURNING d.id", 1)

@@ -303,6 +303,8 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 	switch {
 	case !s.epochs.has.Load():
 		cas = legacyCASTasksSQL
+	case !keyed && s.epochs.handoffs.Load():
+		cas = p5HandoffCasTasksSQL
 	case !keyed:
 		cas = p5CasTasksSQL
 	default:

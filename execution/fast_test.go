@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -151,4 +152,43 @@ func TestIdsReservedBeforeAFailoverAreNotUsedAfterIt(t *testing.T) {
 	require.Equal(t, execution.NotDenied, res.Denied)
 	require.Greater(t, res.ExecutionID, first.ExecutionID+20)
 	a.release(t, res)
+}
+
+// TestAReleaseOfAnUntakenGrantIsNotServedFromTheCachedRow: a grant to a ticket whose take a
+// failover lost is still pending when its execution completes. The releasing process may know
+// the task row as it is (it wrote it last), but that row cannot tell such a grant from any other:
+// the release takes the usual path, which finds the grant untaken, gives the slot back and
+// reports the lease lost instead of recording an end for an execution the database never
+// started.
+func TestAReleaseOfAnUntakenGrantIsNotServedFromTheCachedRow(t *testing.T) {
+	t.Parallel()
+	pool, url := pgtest.NewDB(t)
+	ctx := context.Background()
+	p, cas := counted(t, url, casMarker)
+	c, a := setupOn(t, pool, url, nil), setupOn(t, p, url, nil)
+	holder := c.acquire(t, 1)
+	// A direct ticket of a's session, first in line, with an offer window of 10 s (X odd).
+	const ticket = int64(1) << 50
+	_, err := pool.Exec(ctx, `UPDATE taskling.task_definition SET queue = 'W:' || $1::bigint || ',P:' || $2::bigint || ',R:0,Q:' ||
+        (extract(epoch FROM clock_timestamp()) * 1000000)::bigint || ',O:0,D:10000000,X:10000001' WHERE id = $3`, ticket, a.session, a.taskID)
+	require.NoError(t, err)
+	c.release(t, holder) // hands the slot to the ticket
+	var token uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT token_id FROM taskling.handoff WHERE exec_id = $1 AND lapsed_at IS NULL`, ticket).Scan(&token))
+	refused, err := a.store.Acquire(ctx, a.request(1)) // a reads the row as it is now: its cache knows it
+	require.NoError(t, err)
+	require.Equal(t, execution.DeniedLimit, refused.Denied)
+
+	// The take is lost: the ticket's execution was never started here, and now completes.
+	cas.n.Store(0)
+	rel, err := a.store.Release(ctx, execution.ReleaseRequest{TaskID: a.taskID, TaskName: "app/task", ExecutionID: ticket, TokenID: token})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), cas.n.Load(), "the fast path was tried")
+	require.True(t, rel.LeaseLost)
+	var lapsed, ended int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM taskling.handoff WHERE exec_id = $1 AND lapsed_at IS NOT NULL),
+        (SELECT count(*) FROM taskling.execution_end WHERE execution_id = $1)`, ticket).Scan(&lapsed, &ended))
+	require.Equal(t, 1, lapsed, "the grant was taken back")
+	require.Zero(t, ended, "no end for an execution never started")
+	a.release(t, a.acquire(t, 1)) // the slot is free
 }

@@ -101,12 +101,18 @@ RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
     (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text,
     d.key_holders, d.key_limit, d.key_overrides, d.declared_key_limit, d.declared_keys, d.key_vtime, d.key_waiting`
 
+// noPendingHandoffSQL is the fast path's condition that no grant to a ticket of the task is
+// pending.
+const noPendingHandoffSQL = `    AND NOT EXISTS (SELECT 1 FROM taskling.handoff h WHERE h.task_id = d.id AND h.lapsed_at IS NULL)`
+
 // casTasksSQL is updateTasksSQL for decisions taken on cached rows (the fast path): each row is
 // written only if it is still the version the decision was taken on (xmin, $9) under the same
 // grant protocol ($10), only if the server still writes on the timeline (with its epoch) the
-// decision was taken for ($11), and only if no other transaction holds its lock: the fast path
-// never waits for a lock, since a grant's lease is measured from before its round trip (the usual
-// path, after the lock, takes it).
+// decision was taken for ($11), only if no other transaction holds its lock (the fast path never
+// waits for a lock, since a grant's lease is measured from before its round trip; the usual path,
+// after the lock, takes it), and only if no grant to a ticket is pending (the cached row cannot
+// tell a release of such a grant, whose take a failover lost, from any other: the usual path reads
+// them).
 const casTasksSQL = `
 UPDATE taskling.task_definition d SET
     tokens = u.tokens,
@@ -132,6 +138,7 @@ FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $
 WHERE d.id = ANY($1) AND d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
     AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
     AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = ` + timelineExpr + `)
+` + noPendingHandoffSQL + `
 RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
     d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
     d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
