@@ -32,7 +32,8 @@ var (
 	// that succeeded or is still running. The attempt is recorded as a Blocked execution.
 	ErrDuplicateReference = errors.New("taskling: an execution with this reference value already succeeded or is running")
 	// ErrLeaseLost: the execution can no longer be sure it holds its slot. It is the cause of
-	// Execution.Context()'s cancellation, and Complete returns it when the slot had been reclaimed.
+	// Execution.Context()'s cancellation, and Complete returns it when the slot had been reclaimed
+	// (or a failover lost the execution's start).
 	ErrLeaseLost = errors.New("taskling: lease lost")
 	// ErrExecutionCompleted: the method needs an execution that has not completed.
 	ErrExecutionCompleted = errors.New("taskling: execution already completed")

@@ -246,7 +246,9 @@ func (e *Execution) deadline() time.Time {
 
 // Complete returns the slot and records the execution as completed. It is idempotent: later
 // calls return the first successful call's result. It returns an error wrapping ErrLeaseLost when
-// the slot had been reclaimed by another execution (whose slot it leaves alone). A release that
+// the slot had been reclaimed by another execution (whose slot it leaves alone), or when the
+// database never saw the execution take a slot handed to it (a failover lost the take: see the
+// guarantees page); its slot then goes to the next waiter. A release that
 // fails on a connection error or a read-only server (ErrDatabaseReadOnly) is retried until ctx
 // ends or the lease would have expired anyway.
 func (e *Execution) Complete(ctx context.Context) error {
@@ -334,7 +336,7 @@ func (e *Execution) release(ctx context.Context, failed bool) error {
 		e.c.notifier.PassOffered(e.taskID, res.Offered)
 	}
 	if res.LeaseLost {
-		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s had been reclaimed; its slot belongs to another execution", ErrLeaseLost, e.id, e.app, e.task)
+		e.completeErr = fmt.Errorf("%w: execution %d of %s/%s no longer held its slot (reclaimed, or its start lost in a failover)", ErrLeaseLost, e.id, e.app, e.task)
 	}
 	if flushErr != nil {
 		return errors.Join(e.completeErr, fmt.Errorf("taskling: execution %d: writing list item statuses: %w", e.id, flushErr))
