@@ -346,11 +346,7 @@ func (s *Store) fastTx(ctx context.Context, tx *txConn, tasks map[int64][]*op, r
 			// Remembered as reserved on the timeline the CAS checks: none from another server.
 			reserve, reserveArgs = reserveOnTimelineSQL, []any{n, timeline}
 		}
-		b.Queue(reserve, reserveArgs...).Query(func(rows pgx.Rows) error {
-			var err error
-			*reserved, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-			return err
-		})
+		b.Queue(reserve, reserveArgs...).Query(collectIDs(reserved))
 	}
 	tx.granted = w.orphans
 	sentAt := time.Now()

@@ -268,13 +268,18 @@ func (r *reservation) confirm(ctx context.Context, tx *txConn, ep epoch) error {
 		return nil
 	}
 	b := tx.batch()
-	b.Queue(reserveIDsSQL, len(r.ids)).Query(func(rows pgx.Rows) error {
-		var err error
-		r.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-		return err
-	})
+	b.Queue(reserveIDsSQL, len(r.ids)).Query(collectIDs(&r.ids))
 	r.ahead = nil
 	return tx.send(ctx, b)
+}
+
+// collectIDs reads a reservation's ids into dst.
+func collectIDs(dst *[]int64) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var err error
+		*dst, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	}
 }
 
 // queueKeyedReads queues the reads of the tasks' keyed waiters and of their rates, as the schema

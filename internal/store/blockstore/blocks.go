@@ -247,8 +247,8 @@ SELECT b.id, b.task_id, b.kind, b.from_number, b.to_number, b.from_date, b.to_da
 FROM claimed b JOIN cand ON cand.id = b.id
 ORDER BY b.created_at, b.id`
 
-// genericPlansSQL makes the rest of a take's transaction use generic plans.
-const genericPlansSQL = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true)`
+// genericPlansSQL makes the rest of a transaction use generic plans (a take's, an item update's).
+const genericPlansSQL = `SET LOCAL plan_cache_mode = force_generic_plan`
 
 // blockLockClass is the first key of the advisory lock that serializes the creation of a task's
 // continued ranges (the second is the task id): "tkbl".
@@ -682,7 +682,7 @@ func (s *Store) UpdateItems(ctx context.Context, blockID int64, attempt int, upd
 	// the arrays' lengths, look cheaper than the generic one), and planning cost about five times
 	// executing it: the transaction asks for the generic plan. One round trip all the same.
 	err := s.proto.PipelineTx(ctx, func(ctx context.Context, p *execution.Pipeline) error {
-		p.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
+		p.Queue(genericPlansSQL)
 		p.Queue(updateItemsSQL, blockID, attempt, ns, sts, reasons, steps).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&locked, &updated)
 		})
