@@ -66,7 +66,7 @@ func main() {
 	})
 	flag.DurationVar(&o.pgbouncer, "pgbouncer-duration", 3*time.Second, "measuring time of each PgBouncer cycles scenario and run (0 skips the PgBouncer scenarios; skipped without pgbouncer)")
 	flag.IntVar(&o.keyHolders, "key-holders", 1984, "executions held over 100 keys, or a key each, in the active-keys scenarios (9984: 10 000 keys active at once; each acquire then rewrites a task row of ~850 kB, minutes per round)")
-	flag.DurationVar(&o.rateDuration, "rate-duration", 30*time.Second, "measuring time of the rate scenario whose goroutines wait for the rate (issue 27: 30 s)")
+	flag.DurationVar(&o.rateDuration, "rate-duration", 30*time.Second, "measuring time of the rate scenario whose goroutines wait for the rate (issue 27: 30 s; 0 skips it)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write the bench process's CPU profile (its clients, not PostgreSQL) to this file")
 	flag.StringVar(&o.only, "only", "", "run only the scenarios whose configuration contains this (the report then misses the others)")
 	var c childFlags
@@ -107,6 +107,9 @@ func run(ctx context.Context, o options) error {
 	scenarios := allScenarios()
 	if o.only != "" {
 		scenarios = slices.DeleteFunc(scenarios, func(s scenario) bool { return !strings.Contains(s.kind, o.only) })
+	}
+	if o.rateDuration <= 0 {
+		scenarios = slices.DeleteFunc(scenarios, func(s scenario) bool { return s.kind == rateWaits })
 	}
 	for r := range o.runs {
 		fmt.Printf("run %d/%d\n", r+1, o.runs)
