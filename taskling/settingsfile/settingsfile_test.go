@@ -222,6 +222,10 @@ func TestTheExampleFileIsGood(t *testing.T) {
 	require.Equal(t, 1, settings(t, src, "billing", "export").ConcurrencyLimit)
 	require.Equal(t, -1, settings(t, src, "crm", "sync").ConcurrencyLimit)
 	require.True(t, settings(t, src, "legacy", "import").Disabled)
+	billing := settings(t, src, "billing", "export")
+	require.Equal(t, 36*time.Hour, billing.KeepCompleted)
+	require.Equal(t, 90*24*time.Hour, billing.KeepFailed)
+	require.Equal(t, taskling.KeepForever, billing.KeepBlocked)
 }
 
 // TestAFileOverOneMiBIsRefused is issue 23 item 6: the file was read whole, whatever its size
