@@ -32,6 +32,10 @@ type StartInfo struct {
 	At          time.Time
 	WaitForSlot bool
 	Priority    int
+	// Key and Cost are the start's StartOptions.Key ("": none) and the slots it asks for (1
+	// unless StartOptions.Cost says more).
+	Key  string
+	Cost int
 	// SubmissionID is the submission an attempt runs (0: none); SubmissionTrace the trace context
 	// stored with it (zero: none), and SubmittedAt when it was created (database clock).
 	SubmissionID    int64

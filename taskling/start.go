@@ -100,7 +100,8 @@ func (c *Client) start(ctx context.Context, app, task string, opts *StartOptions
 		opts = &StartOptions{}
 	}
 	info := StartInfo{Application: app, Task: task, Kind: StartDirect, At: time.Now(), WaitForSlot: opts.WaitForSlot,
-		Priority: opts.Priority, SubmissionID: x.submission, SubmissionTrace: x.trace, SubmittedAt: x.submittedAt}
+		Priority: opts.Priority, Key: opts.Key, Cost: max(opts.Cost, 1), SubmissionID: x.submission, SubmissionTrace: x.trace,
+		SubmittedAt: x.submittedAt}
 	if x.submission != 0 {
 		info.Kind = StartAttempt
 	}

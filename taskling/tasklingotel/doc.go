@@ -26,8 +26,9 @@
 // (start, attempt, scheduled, backfill), taskling.execution.id, taskling.fencing_token,
 // taskling.attempt and taskling.submission.id (attempts), taskling.scheduled_for (cron runs, RFC
 // 3339), taskling.queue.position (on taskling.wait), taskling.outcome (completed, failed,
-// panicked, lease_lost, denied, error) and taskling.deny_reason (limit, disabled, duplicate,
-// retired). taskling.key and taskling.cost are reserved for keyed and weighted starts. The status is
+// panicked, lease_lost, denied, error), taskling.deny_reason (limit, key_limit, rate, key_rate,
+// disabled, duplicate, retired), and taskling.key and taskling.cost on keyed and weighted starts
+// (a start with a key, or a cost above 1). The status is
 // Error for failed, panicked, lease_lost and error, with the error recorded as an event (a
 // panic's stack as exception.stacktrace).
 //

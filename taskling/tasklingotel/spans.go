@@ -41,8 +41,8 @@ const (
 	AttrBlockKind     = attribute.Key("taskling.block.kind")
 	AttrBlockAttempt  = attribute.Key("taskling.block.attempt")
 	AttrBlockForced   = attribute.Key("taskling.block.forced")
-	// AttrKey and AttrCost are reserved for the key and the cost of keyed and weighted starts;
-	// they are set once starts have them.
+	// AttrKey is a keyed start's key (StartOptions.Key); AttrCost the slots a keyed or weighted
+	// start asks for (StartOptions.Cost, 1 when not given). A start with neither has neither.
 	AttrKey  = attribute.Key("taskling.key")
 	AttrCost = attribute.Key("taskling.cost")
 )
@@ -66,6 +66,12 @@ func (t *Telemetry) startBegan(ctx context.Context, info taskling.StartInfo) (co
 	attrs := make([]attribute.KeyValue, 0, 8)
 	attrs = append(attrs, AttrApplication.String(info.Application), AttrTask.String(info.Application+"/"+info.Task),
 		AttrStartKind.String(string(info.Kind)))
+	if info.Key != "" || info.Cost > 1 {
+		if info.Key != "" {
+			attrs = append(attrs, AttrKey.String(info.Key))
+		}
+		attrs = append(attrs, AttrCost.Int(max(info.Cost, 1)))
+	}
 	if !info.ScheduledFor.IsZero() {
 		attrs = append(attrs, AttrScheduledFor.String(info.ScheduledFor.UTC().Format(time.RFC3339Nano)))
 	}

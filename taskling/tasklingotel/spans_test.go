@@ -352,3 +352,30 @@ func TestSubmitStoresTheCallersTraceContext(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, sub.Trace.IsZero(), "no span: nothing stored")
 }
+
+// TestKeyedAndWeightedStartsCarryTheirKeyAndCost: a start's span has taskling.key when the start
+// names a key and taskling.cost when it names a key or a cost above 1; a plain start has neither.
+func TestKeyedAndWeightedStartsCarryTheirKeyAndCost(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &taskling.Config{Defaults: taskling.TaskSettings{ConcurrencyLimit: 8}}, nil)
+	for _, opts := range []*taskling.StartOptions{{Key: "acme", Cost: 2}, {Key: "globex"}, {Cost: 3}, nil} {
+		e, err := b.client.StartExecution(b.ctx, "app", "keyed", opts)
+		require.NoError(t, err)
+		require.NoError(t, e.Complete(b.ctx))
+	}
+	starts := b.named(tasklingotel.SpanStart)
+	require.Len(t, starts, 4)
+	want := []struct {
+		key  string
+		cost int64
+	}{{"acme", 2}, {"globex", 1}, {"", 3}, {"", 0}}
+	for i, s := range starts {
+		a := attrs(s)
+		key, hasKey := a[tasklingotel.AttrKey]
+		cost, hasCost := a[tasklingotel.AttrCost]
+		require.Equal(t, want[i].key != "", hasKey, "start %d: taskling.key", i)
+		require.Equal(t, want[i].key, key.AsString(), "start %d", i)
+		require.Equal(t, want[i].cost != 0, hasCost, "start %d: taskling.cost", i)
+		require.Equal(t, want[i].cost, cost.AsInt64(), "start %d", i)
+	}
+}
