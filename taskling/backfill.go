@@ -92,7 +92,7 @@ func (c *Client) Backfill(ctx context.Context, app, task string, from, to time.T
 			TaskName: app + "/" + task, Host: c.host, SessionID: session, Declared: declared}, ScheduledFor: &instant,
 			Key: r.opts.Key, Cost: r.opts.Cost}, options: "ScheduleOptions"}
 		_, req.obs = c.observe(ctx, StartInfo{Application: app, Task: task, Kind: StartBackfill, At: time.Now(),
-			ScheduledFor: instant}, false)
+			Key: r.opts.Key, Cost: max(r.opts.Cost, 1), ScheduledFor: instant}, false)
 		exec, err := c.claimWhenFree(ctx, app, task, req, settings)
 		if execution.IsScheduleConflict(err) {
 			continue // claimed meanwhile by another Backfill

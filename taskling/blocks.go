@@ -30,8 +30,9 @@ const (
 	MaxBlockValueLength = 1 << 20
 	// MaxListBlockSize is the most items one list block holds.
 	MaxListBlockSize = 100_000
-	// MaxNewBlocks is the most new blocks one call creates; a longer range continues in later
-	// calls with MaxBlocks and ContinueFromLast.
+	// MaxNewBlocks is the most blocks a numeric or date range may make in one call without
+	// BlockOptions.MaxBlocks; a longer range is refused (continue it in later calls with MaxBlocks
+	// and ContinueFromLast). Object and list blocks are created one per value or chunk.
 	MaxNewBlocks = 100_000
 )
 
@@ -246,7 +247,7 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 		case !r.From.Before(r.To):
 			return fmt.Errorf("%w: DateRange.From (%s) is not before DateRange.To (%s): the range is empty", ErrInvalidArgument,
 				r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
-		case (opts == nil || opts.MaxBlocks == 0) && r.To.Sub(r.From)/r.MaxSpan >= MaxNewBlocks:
+		case (opts == nil || opts.MaxBlocks == 0) && (r.To.Sub(r.From)-1)/r.MaxSpan >= MaxNewBlocks: // more than MaxNewBlocks spans
 			return fmt.Errorf("%w: DateRange would make more than %d blocks in one call; set BlockOptions.MaxBlocks (with ContinueFromLast to go on later)",
 				ErrInvalidArgument, MaxNewBlocks)
 		}

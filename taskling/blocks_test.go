@@ -653,3 +653,21 @@ func TestBlockValuesTheDatabaseCannotStoreAreRefusedNamingTheField(t *testing.T)
 	_, err = b.pool.Exec(b.ctx, `UPDATE taskling.block SET to_date = NULL`)
 	require.Error(t, err, "a range without an end is refused by the table")
 }
+
+// TestARangeOfExactlyMaxNewBlocksIsTaken: MaxNewBlocks blocks in one call are allowed for dates as
+// for numbers, one more is refused (a date range of exactly MaxNewBlocks spans was refused).
+func TestARangeOfExactlyMaxNewBlocksIsTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	e := b.start(t, nil)
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	over := taskling.DateRange{From: from, To: from.Add((taskling.MaxNewBlocks + 1) * time.Microsecond), MaxSpan: time.Microsecond}
+	_, err := e.DateBlocks(b.ctx, over, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "MaxNewBlocks + 1 blocks")
+	_, err = e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: taskling.MaxNewBlocks + 1, MaxSize: 1}, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "MaxNewBlocks + 1 blocks")
+	exact := taskling.DateRange{From: from, To: from.Add(taskling.MaxNewBlocks * time.Microsecond), MaxSpan: time.Microsecond}
+	got, err := e.DateBlocks(b.ctx, exact, nil)
+	require.NoError(t, err)
+	require.Len(t, got, taskling.MaxNewBlocks)
+}

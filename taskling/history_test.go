@@ -96,3 +96,29 @@ func TestHeaderRoundTrips(t *testing.T) {
 	require.ErrorIs(t, e.Checkpoint(b.ctx, "late"), taskling.ErrExecutionCompleted)
 	require.Equal(t, []taskling.EventType{taskling.EventStart, taskling.EventCheckpoint, taskling.EventEnd}, eventTypes(t, b, e.ID()))
 }
+
+// TestExecutionPagesGoOnWhenTheirAnchorIsDeleted: the next page of executions continues after
+// NextBefore even if cleanup deleted that execution between the two reads (it used to be empty).
+func TestExecutionPagesGoOnWhenTheirAnchorIsDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	var ids []int64
+	for range 5 {
+		e, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
+		require.NoError(t, err)
+		ids = append(ids, e.ID())
+		require.NoError(t, e.Complete(b.ctx))
+	}
+	first, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, ids[3], first.NextBefore)
+	_, err = b.pool.Exec(b.ctx, `DELETE FROM taskling.task_execution WHERE id = $1`, first.NextBefore)
+	require.NoError(t, err)
+	next, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 2, Before: first.NextBefore})
+	require.NoError(t, err)
+	var got []int64
+	for _, e := range next.Executions {
+		got = append(got, e.ID)
+	}
+	require.Equal(t, []int64{ids[2], ids[1]}, got)
+}

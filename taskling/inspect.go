@@ -55,8 +55,8 @@ const (
 // MaxTasksPage is the largest TaskFilter.Limit.
 const MaxTasksPage = 500
 
-// TaskFilter selects tasks, and a page of them. A nil *TaskFilter selects every task, ordered by
-// application and task name; so does the zero TaskFilter.
+// TaskFilter selects tasks, and a page of them. A nil *TaskFilter selects every task but the
+// retired ones, ordered by application and task name; so does the zero TaskFilter.
 type TaskFilter struct {
 	// Application keeps only this application's tasks ("" = all).
 	Application string
@@ -241,8 +241,9 @@ const DefaultExecutionsPage = 50
 type ExecutionFilter struct {
 	// Status keeps only executions with this status ("" = all).
 	Status Status
-	// Before keeps only executions with a smaller id (0 = from the newest): pass the previous
-	// page's NextBefore to get the next page.
+	// Before continues after the execution with this id, in the page's order (0 = from the
+	// newest): pass the previous page's NextBefore to get the next page. If that execution is gone
+	// (cleanup deleted it), the page holds the executions with a smaller id.
 	Before int64
 	// Limit is the page size, 1 to MaxExecutionsPage; 0 means DefaultExecutionsPage.
 	Limit int

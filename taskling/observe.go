@@ -195,8 +195,12 @@ func (o *startObs) granted(ctx context.Context, app, task string, g Grant) conte
 func (o *startObs) failed(err error) {
 	e := End{Outcome: OutcomeError, Err: err}
 	switch {
+	case errors.Is(err, ErrKeyLimitReached): // before ErrLimitReached, which it wraps
+		e.Outcome, e.DenyReason = OutcomeDenied, DenyKeyLimit
 	case errors.Is(err, ErrLimitReached):
 		e.Outcome, e.DenyReason = OutcomeDenied, DenyLimit
+	case errors.Is(err, ErrRateLimited):
+		e.Outcome, e.DenyReason = OutcomeDenied, rateReason(err)
 	case errors.Is(err, ErrTaskRetired):
 		e.Outcome, e.DenyReason = OutcomeDenied, DenyRetired
 	case errors.Is(err, ErrTaskDisabled):
@@ -313,8 +317,8 @@ const MaxTracestateLength = 512
 
 // ValidateTraceContext checks a trace context as Submit does: zero, or a traceparent of the W3C
 // Trace Context format ("00-" 32 lowercase hex digits, not all zero, "-" 16 more, not all zero,
-// "-" 2 more; a later version may add "-" and more after those 55 characters; version ff is
-// invalid) and a tracestate of at most MaxTracestateLength printable ASCII characters. A
+// "-" 2 more; a later version may add "-" and more after those 55 characters, 200 bytes at most
+// in all; version ff is invalid) and a tracestate of at most MaxTracestateLength printable ASCII characters. A
 // tracestate needs a traceparent. The error wraps ErrInvalidArgument and names field.
 func ValidateTraceContext(field string, t TraceContext) error {
 	if t.IsZero() {

@@ -181,7 +181,7 @@ func (c *Client) claimNext(ctx, runCtx context.Context, r *registration, runs *s
 	}
 	// Traced once claimed: a claim another host won, or one skipped, is no run.
 	_, req.obs = c.observe(ctx, StartInfo{Application: r.app, Task: r.task, Kind: StartScheduled, At: time.Now(),
-		ScheduledFor: instant}, false)
+		Key: r.opts.Key, Cost: max(r.opts.Cost, 1), ScheduledFor: instant}, false)
 	if !c.drain.start() { // Shutdown: claim nothing more
 		return maxScheduleSleep, false, nil
 	}

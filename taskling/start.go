@@ -44,7 +44,8 @@ type StartOptions struct {
 	// (LISTEN/NOTIFY), by a timer set to the earliest moment a silent holder may be judged dead,
 	// and by polling as a fallback. A wait
 	// that ends with ctx leaves the queue at once, is recorded once as a Blocked execution, and
-	// its error wraps both ErrLimitReached and ctx's error.
+	// its error wraps ctx's cause and the reason of its last refusal: ErrLimitReached (or
+	// ErrKeyLimitReached), or ErrRateLimited when a rate held it.
 	WaitForSlot bool
 	// Priority orders waiters (WaitForSlot): higher first, oldest first within a priority.
 	Priority int
@@ -83,9 +84,10 @@ type startExtra struct {
 // StartExecution asks for a slot of the task app/task and, when granted, returns the running
 // Execution; call Complete when the work is done. It creates the task on first use.
 //
-// Errors: ErrLimitReached (recorded as a Blocked execution), ErrTaskDisabled and ErrTaskRetired
-// (nothing recorded), ErrDuplicateReference, ErrInvalidArgument / ErrInvalidSettings naming the field, or a database
-// error. A serialization failure is retried with jittered backoff until ctx ends.
+// Errors: ErrLimitReached or ErrKeyLimitReached, and ErrRateLimited (each recorded as a Blocked
+// execution), ErrTaskDisabled and ErrTaskRetired (nothing recorded), ErrDuplicateReference,
+// ErrClientClosed after Close, ErrInvalidArgument / ErrInvalidSettings naming the field, or a
+// database error. A serialization failure is retried with jittered backoff until ctx ends.
 func (c *Client) StartExecution(ctx context.Context, app, task string, opts *StartOptions) (_ *Execution, err error) {
 	defer wrapErr(&err, "start %s/%s", app, task)
 	return c.start(ctx, app, task, opts, startExtra{})
@@ -208,6 +210,9 @@ func (c *Client) acquire(ctx context.Context, app, task string, req startReq) (e
 		}
 		return res, fmt.Errorf("%w: %s", ErrTaskDisabled, req.TaskName)
 	case execution.DeniedDuplicate:
+		if res.ExecutionID == 0 { // a WaitForSlot start records no denial
+			return res, fmt.Errorf("%w: %s reference %q", ErrDuplicateReference, req.TaskName, *req.ReferenceValue)
+		}
 		return res, fmt.Errorf("%w: %s reference %q (attempt recorded as execution %d)", ErrDuplicateReference, req.TaskName, *req.ReferenceValue, res.ExecutionID)
 	case execution.DeniedLimit, execution.DeniedKeyLimit:
 		return res, limitError(req, res)

@@ -379,3 +379,36 @@ func TestKeyedAndWeightedStartsCarryTheirKeyAndCost(t *testing.T) {
 		require.Equal(t, want[i].cost, cost.AsInt64(), "start %d", i)
 	}
 }
+
+// TestKeyLimitAndRateDenialsSayWhy: a start refused by its key's limit, or by the task's rate, is
+// denied (not an error) with the reason key_limit or rate, as Hooks.Denied reports it.
+func TestKeyLimitAndRateDenialsSayWhy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &taskling.Config{Defaults: taskling.TaskSettings{ConcurrencyLimit: 8, KeyLimit: 1}}, nil)
+	held, err := b.client.StartExecution(b.ctx, "app", "keyed", &taskling.StartOptions{Key: "acme"})
+	require.NoError(t, err)
+	_, err = b.client.StartExecution(b.ctx, "app", "keyed", &taskling.StartOptions{Key: "acme"})
+	require.ErrorIs(t, err, taskling.ErrKeyLimitReached)
+	require.NoError(t, held.Complete(b.ctx))
+
+	rated := taskling.TaskSettings{ConcurrencyLimit: 8, Rate: taskling.Rate{Count: 1, Per: time.Hour}}
+	c, spans, _, _, _ := newTraced(t, b.pool, &taskling.Config{Defaults: rated}, nil)
+	first, err := c.StartExecution(b.ctx, "app", "rated", nil)
+	require.NoError(t, err)
+	require.NoError(t, first.Complete(b.ctx))
+	_, err = c.StartExecution(b.ctx, "app", "rated", nil)
+	require.ErrorIs(t, err, taskling.ErrRateLimited)
+
+	var got []string
+	for _, s := range append(b.named(tasklingotel.SpanStart), spans.GetSpans()...) {
+		if s.Name != tasklingotel.SpanStart {
+			continue
+		}
+		a := attrs(s)
+		if a[tasklingotel.AttrOutcome].AsString() == "denied" {
+			require.Equal(t, codes.Unset, s.Status.Code, "a denial is not an error")
+			got = append(got, a[tasklingotel.AttrDenyReason].AsString())
+		}
+	}
+	require.ElementsMatch(t, []string{"key_limit", "rate"}, got)
+}

@@ -183,7 +183,8 @@ SELECT * FROM (
     LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
     LEFT JOIN taskling.session s ON s.id = e.session_id
     WHERE e.task_id = $1 AND ($2 = 0 OR (e.started_at, e.id) <
-        (SELECT c.started_at, c.id FROM taskling.task_execution c WHERE c.id = $2))
+        (SELECT c.started_at, c.id FROM taskling.task_execution c WHERE c.id = $2)
+        OR e.id < $2 AND NOT EXISTS (SELECT 1 FROM taskling.task_execution c WHERE c.id = $2))
 ) page
 WHERE ($3 = '' OR page.status = $3)
 ORDER BY page.started_at DESC, page.id DESC
