@@ -1,7 +1,5 @@
 package execution
 
-import "strings"
-
 // Compatibility with a schema older than keys (grant protocol 5, before migration 0022): a binary
 // of this release serves such a database during a rolling upgrade, until it is migrated, by the
 // statements of protocol 5 — keyed starts are refused there. Delete this file, and the keys
@@ -141,4 +139,26 @@ SELECT e.id, e.token_id, e.fence, e.started_at, e.keep_alive_death_threshold, co
 
 // p5HandoffCasTasksSQL is p5CasTasksSQL on a schema with handoffs (0013): no grant to a ticket may
 // be pending (casTasksSQL).
-var p5HandoffCasTasksSQL = strings.Replace(p5CasTasksSQL, "\nRETURNING d.id", "\n"+noPendingHandoffSQL+"\nRETURNING d.id", 1)
+const p5HandoffCasTasksSQL = `
+UPDATE taskling.task_definition d SET
+    tokens = u.tokens,
+    queue = u.queue,
+    holders = replace(u.holders, 'A:@', 'A:' || (extract(epoch FROM clock_timestamp()) * 1000000)::bigint),
+    fence = u.fence,
+    declared_at = CASE WHEN u.declared_limit IS NOT NULL
+                        AND (d.declared_limit IS DISTINCT FROM u.declared_limit OR d.declared_by IS DISTINCT FROM u.declared_by)
+                       THEN clock_timestamp() ELSE d.declared_at END,
+    declared_limit = coalesce(u.declared_limit, d.declared_limit),
+    declared_by = coalesce(u.declared_by, d.declared_by),
+    waiters_until = CASE WHEN u.mark THEN greatest(d.waiters_until, clock_timestamp() + interval '60 seconds')
+                         ELSE d.waiters_until END
+FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::integer[], $6::text[], $7::boolean[], $8::text[], $9::text[])
+    AS u(id, tokens, holders, fence, declared_limit, declared_by, mark, queue, xmin)
+WHERE d.id = ANY($1) AND d.id = u.id AND d.xmin = u.xmin::xid AND (SELECT version FROM taskling.protocol WHERE singleton) = $10
+    AND d.id IN (SELECT l.id FROM taskling.task_definition l WHERE l.id = ANY($1) FOR UPDATE SKIP LOCKED)
+    AND EXISTS (SELECT 1 FROM taskling.epoch e WHERE e.timeline = $11 AND e.timeline = taskling.timeline())
+    AND NOT EXISTS (SELECT 1 FROM taskling.handoff h WHERE h.task_id = d.id AND h.lapsed_at IS NULL)
+RETURNING d.id, d.tokens, d.holders, d.queue, d.fence,
+    d.concurrency_limit, d.enabled, d.death_mode, d.keep_alive_interval, d.keep_alive_death_threshold,
+    d.override_threshold, d.declared_limit, d.declared_by, coalesce(d.waiters_until > clock_timestamp(), false),
+    (SELECT version FROM taskling.protocol WHERE singleton), (d.ctid::text::point)[0]::bigint, d.xmin::text`

@@ -8,7 +8,7 @@ package execution
 // protocol (a fleet upgrades host by host, and binaries of protocol 4 run on this schema too), so
 // they take the stored codes they write or compare as parameters (package codes), rather than
 // naming them through migration 0018's functions. The statements kept for older protocols are in
-// compat_protocol1.go and compat_protocol2.go.
+// compat_protocol1.go, compat_protocol2.go and compat_protocol5.go.
 //
 // A task row as the token logic reads it (scanTaskRows): its id, token list, holders, queue,
 // fence, overrides, declared limit and host, whether waiters were marked within the minute, the

@@ -96,7 +96,7 @@ type TaskCleanup struct {
 // deleted per task. It takes each task's cleanup claim, so that it never runs together with a
 // client's automatic cleanup of the same task (that task is then reported as skipped). Never
 // deleted: an execution that has not ended, the latest execution and the latest scheduled one of
-// each task, the execution of a block not completed, attempts of waiting or running submissions,
+// each task that is not retired, the execution of a block not completed, attempts of waiting or running submissions,
 // the latest blocks of each kind, succeeded idempotent references, and submissions with a
 // reference value (only their header is dropped).
 func (c *Client) Cleanup(ctx context.Context, app, task string, opts *CleanupOptions) (_ []TaskCleanup, err error) {

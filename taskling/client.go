@@ -264,8 +264,9 @@ func ValidateNewName(field, s string) error {
 // ValidateOperator checks a name recorded as who made an operator change (SettingsUpdate.By, the
 // by of ClearOverridesBy, CancelSubmissionBy and the retire calls, ForceBlock's forcedBy) or a
 // host name: at most MaxNameLength bytes, valid UTF-8, no control and no invisible character (see
-// Invisible). "" passes: it means the client's host name where a default exists. The error wraps
-// ErrInvalidArgument and names field.
+// Invisible). "" passes: it means a default (for an operator's name, "library@" and the
+// client's host name; for Config.HostName, os.Hostname()). The error wraps ErrInvalidArgument and
+// names field.
 func ValidateOperator(field, s string) error {
 	if s == "" {
 		return nil

@@ -15,8 +15,10 @@
 // An execution is one run of a task. [Client.StartExecution] takes a slot or is denied
 // ([ErrLimitReached]; the denial is recorded as a blocked execution), and the [Execution] returned
 // holds the slot until [Execution.Complete]. [Client.Run] does both around a function, and marks
-// the execution failed if the function returns an error or panics. Every start, granted or denied,
-// is recorded with its host, reference value, header, events and progress.
+// the execution failed if the function returns an error or panics. Every granted start, and every
+// start denied by a limit, a rate or a duplicate reference (without WaitForSlot; a wait that gives
+// up is recorded once), is recorded with its host, reference value, header, events and progress;
+// a disabled or retired task's refusals record nothing.
 //
 // Each grant carries a fencing token ([Execution.FencingToken]) that strictly increases per task:
 // pass it to the stores the job writes to, so they can refuse a write from a holder that lost its

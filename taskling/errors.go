@@ -11,16 +11,19 @@ import (
 )
 
 var (
-	// ErrLimitReached: every slot of the task is held by a live execution. The attempt is recorded
-	// as a Blocked execution.
+	// ErrLimitReached: the task has no slot for the start: every slot is held by a live execution,
+	// or other starts are queued for one (or, just after a database failover, the task holds its
+	// grants for a moment). A start without WaitForSlot is recorded as a Blocked execution.
 	ErrLimitReached = errors.New("taskling: concurrency limit reached")
 	// ErrKeyLimitReached: the start's key (StartOptions.Key) holds as much as its key's limit
 	// allows, while the task has room. It wraps ErrLimitReached: errors.Is(err, ErrLimitReached)
 	// holds for it too, and the message says which limit.
 	ErrKeyLimitReached = fmt.Errorf("%w: its key's limit", ErrLimitReached)
-	// ErrRateLimited: a rate (TaskSettings.Rate, or the key's) has no room for the start now. The
-	// error is a *RateLimitedError: errors.As gives RetryAfter, when the start would fit, on the
-	// database clock. Nothing is consumed by a refused start. See docs/rates.md.
+	// ErrRateLimited: a rate (TaskSettings.Rate, or the key's) has no room for the start now. A
+	// start the rate refuses at once returns a *RateLimitedError: errors.As gives RetryAfter, when
+	// the start would fit, on the database clock. A WaitForSlot start that gives up while a rate
+	// holds it, or whose cost no longer fits a rate's burst, wraps ErrRateLimited alone. Nothing is
+	// consumed by a refused start. See docs/rates.md.
 	ErrRateLimited = errors.New("taskling: rate limited")
 	// ErrTaskDisabled: the task is disabled (by its settings or an operator). No execution is
 	// recorded.
@@ -29,7 +32,8 @@ var (
 	// nothing is written, until it is unretired. The message says by whom and when.
 	ErrTaskRetired = adminstore.ErrTaskRetired
 	// ErrDuplicateReference: an Idempotent start found an execution with the same reference value
-	// that succeeded or is still running. The attempt is recorded as a Blocked execution.
+	// that succeeded or is still running. A start without WaitForSlot is recorded as a Blocked
+	// execution; a WaitForSlot start returns at once and records nothing.
 	ErrDuplicateReference = errors.New("taskling: an execution with this reference value already succeeded or is running")
 	// ErrLeaseLost: the execution can no longer be sure it holds its slot. It is the cause of
 	// Execution.Context()'s cancellation, and Complete returns it when the slot had been reclaimed

@@ -20,8 +20,8 @@ import (
 // truncated.
 const MaxMessageLength = 64 << 10
 
-// Execution is a granted start: it holds one slot of its task until Complete, or until its lease
-// is lost. Its methods are safe for concurrent use.
+// Execution is a granted start: it holds Cost slots of its task (one unless StartOptions.Cost
+// says more) until Complete, or until its lease is lost. Its methods are safe for concurrent use.
 type Execution struct {
 	c          *Client
 	app, task  string

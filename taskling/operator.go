@@ -68,7 +68,8 @@ func (o *Operations) operator() (execution.Operator, error) {
 // on every host obeys them, whatever its own settings declare; waiters are woken so that a raised
 // limit admits them at once. Each field whose value changes is recorded in the task's audit trail
 // (TaskChanges), in the same transaction. A retired task's Enabled cannot be changed
-// (ErrTaskRetired): unretire it first. A refused update writes nothing.
+// (ErrTaskRetired): unretire it first. A refused update writes nothing but the task's row, which
+// it creates for a task that had none.
 //
 // An update of the liveness settings (DeathMode, KeepAliveInterval, KeepAliveDeathThreshold,
 // OverrideThreshold) is checked as it would be in force: the overrides over the settings a host

@@ -22,7 +22,8 @@ func (p *PanicError) Error() string {
 
 // Run starts an execution of app/task, runs fn under it and completes it. fn's context ends
 // with Run's ctx and when the execution's lease is lost. An error or a panic of fn marks the
-// execution failed (a panic comes back as *PanicError). A denied start returns ErrLimitReached
+// execution failed (a panic comes back as *PanicError). A denied start returns its error (ErrLimitReached,
+// ErrRateLimited, ErrTaskDisabled, ErrTaskRetired, ErrDuplicateReference: see StartExecution)
 // without calling fn. Run returns fn's error; or, when fn succeeded but the slot had been
 // reclaimed meanwhile, an error wrapping ErrLeaseLost.
 func (c *Client) Run(ctx context.Context, app, task string, fn func(ctx context.Context, exec *Execution) error, opts *StartOptions) error {

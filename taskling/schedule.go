@@ -18,7 +18,8 @@ import (
 type CatchUpPolicy int
 
 const (
-	// CatchUpRunLatest (the default): of k missed instants, one run, for the latest.
+	// CatchUpRunLatest (the default): of k missed instants, one run, for the latest (none of them
+	// when an on-time instant is due too: that one runs).
 	CatchUpRunLatest CatchUpPolicy = iota
 	// CatchUpRunAll: each missed instant, oldest first, at most MaxCatchUp (the latest ones;
 	// older ones are recorded as skipped).
@@ -83,7 +84,8 @@ type ScheduleOptions struct {
 	// CatchUpWindow: a missed instant older than this (on the DB clock) is never run; it is
 	// recorded as expired. 0: no window.
 	CatchUpWindow time.Duration
-	// MaxCatchUp caps the missed instants CatchUpRunAll runs in one catch-up. Default 100.
+	// MaxCatchUp caps the instants CatchUpRunAll runs in one catch-up, an on-time one among them.
+	// Default 100.
 	MaxCatchUp int
 	// Overlap is the policy when an instant comes due while the previous run holds the slot.
 	// Default OverlapSkip.

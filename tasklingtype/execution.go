@@ -15,7 +15,8 @@ const (
 	StatusCompleted Status = "completed"
 	// StatusFailed: completed after RecordError(…, true), or Run's function failed.
 	StatusFailed Status = "failed"
-	// StatusBlocked: denied (limit reached, duplicate reference, or gave up waiting).
+	// StatusBlocked: denied (a limit or a key's limit reached, a rate with no room, a duplicate
+	// reference, a cost that no longer fits, or gave up waiting).
 	StatusBlocked Status = "blocked"
 	// StatusDead: stopped without completing (its death threshold passed, in either death mode),
 	// or its slot was reclaimed by another execution.

@@ -41,7 +41,8 @@ Exit codes:
   4  the database cannot be reached
   5  migrate status: some migrations are not applied yet
 (submissions watch and executions watch have their own: see their help.)
-Errors are printed on stderr as one line starting with "taskling: ".`
+Errors are printed on stderr as one line starting with "taskling: " (a usage error adds a line
+pointing to --help).`
 
 func newRootCommand(e *env) *cobra.Command {
 	root := &cobra.Command{

@@ -47,8 +47,8 @@ neither, the server is read-only and every read is public. An edit of the princi
 effect within a second or two of the next request; a removed principal's sessions end.
 
 --tls-cert and --tls-key (both or neither) serve HTTPS; session cookies are then Secure.
-Requests whose Host is not one of --allowed-hosts get 421 (default: the host of --addr,
-localhost, 127.0.0.1 and ::1; "*" allows any). After 10 refused sign-ins from one address within
+Requests whose Host is not one of --allowed-hosts get 421 (default: the host of --addr unless
+it listens on every address, localhost, 127.0.0.1 and ::1; "*" allows any). After 10 refused sign-ins from one address within
 a minute, that address gets 429 for 60 s.
 Stops on SIGINT or SIGTERM.`,
 		Args: exactArgs(0, "no arguments"),
@@ -59,7 +59,7 @@ Stops on SIGINT or SIGTERM.`,
 	fl.StringVar(&f.principalsFile, "principals", "", "principals file: who may sign in, with which role (see 'taskling tokens')")
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM; with --tls-cert)")
-	fl.StringVar(&f.allowedHosts, "allowed-hosts", "", `host names requests may name (comma-separated; "*": any; default the host of --addr and localhost)`)
+	fl.StringVar(&f.allowedHosts, "allowed-hosts", "", `host names requests may name (comma-separated; "*": any; default: the host of --addr unless it listens on every address, localhost, 127.0.0.1 and ::1)`)
 	fl.BoolVar(&f.publicReads, "public-reads", false, "serve reads (API, dashboard, /metrics) without a token")
 	fl.BoolVar(&f.publicMetrics, "public-metrics", false, "serve /metrics without a token")
 	fl.BoolVar(&f.protectReads, "protect-reads", false, "deprecated: reads are protected whenever there are principals")

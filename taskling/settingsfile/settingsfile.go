@@ -24,8 +24,9 @@
 //
 // Keys: concurrency_limit (-1 unlimited, 1 to 10 000), disabled, death_mode,
 // keep_alive_interval, keep_alive_death_threshold, override_threshold and lease_safety_margin
-// (durations as "90s", "2h"), and the retention keep_completed, keep_failed and keep_blocked
-// ("14d", "36h" or "forever"). A task's settings are its own keys over its application's over the
+// (durations as "90s", "2h"), the retention keep_completed, keep_failed and keep_blocked
+// ("14d", "36h" or "forever"), key_limit, rate and key_rate (rates as taskling.ParseRate reads
+// them), and [….keys.KEY] tables of a named key's limit and rate. A task's settings are its own keys over its application's over the
 // file's defaults; what the file leaves unset inherits from Config.Defaults and the library's
 // defaults, and operator overrides win over the file.
 //

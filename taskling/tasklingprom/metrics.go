@@ -104,7 +104,9 @@ var DurationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10
 type Options struct {
 	// Keys names, by task ("application/task"), the keys that get gauges of their own
 	// (taskling_key_cost_in_use, taskling_key_waiting): no other key becomes a label, so the
-	// metrics' cardinality stays what the operator chose.
+	// metrics' cardinality stays what the operator chose. They are read from the task's view
+	// (Client.Task), which shows at most taskling.MaxKeysShown keys, the busiest first: a named key
+	// outside those reads 0.
 	Keys map[string][]string
 }
 
