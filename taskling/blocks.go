@@ -79,8 +79,8 @@ type ReprocessReference struct {
 	All            bool
 }
 
-// BlockOptions choose which blocks an execution gets. A nil *BlockOptions means new blocks only,
-// with no cap.
+// BlockOptions choose which blocks an execution gets. A nil *BlockOptions means the blocks an
+// operator forced (ForceBlock), then new blocks, with no cap.
 type BlockOptions struct {
 	// MaxBlocks caps the blocks of one call, forced ones included (0: no cap). New list and
 	// object blocks are all created and taken whatever the cap: their items exist only in the
@@ -101,7 +101,10 @@ type BlockOptions struct {
 }
 
 // NumericRange is the range [From, To] of integers, split into blocks of at most MaxSize
-// numbers. Numeric blocks are inclusive at both ends and never overlap.
+// numbers. Numeric blocks are inclusive at both ends; the blocks of one call never overlap, nor
+// do ranges continued with ContinueFromLast. A block's start is unique per task (a range whose
+// start exists is skipped), but a range given again without ContinueFromLast, cut differently,
+// may overlap blocks that exist.
 type NumericRange struct {
 	From, To, MaxSize int64
 }

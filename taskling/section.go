@@ -17,7 +17,8 @@ import (
 // SectionSuffix ends the name of a task's critical section; no other task name may end with it.
 const SectionSuffix = " [critical section]"
 
-// ErrSectionHeld: the execution already holds its task's critical section (one at a time).
+// ErrSectionHeld: the execution already holds its task's critical section, or already waits for
+// it (one at a time).
 var ErrSectionHeld = errors.New("taskling: critical section already held by this execution")
 
 // CriticalSection is a held critical section of a task.

@@ -27,7 +27,9 @@ type Submission struct {
 	Application string           `json:"application"`
 	Task        string           `json:"task"`
 	Status      SubmissionStatus `json:"status"`
-	// Position in the task's queue of waiting submissions (1 = next); 0 unless waiting.
+	// Position among the task's waiting submissions by priority, then age (1 = first); 0 unless
+	// waiting. With keys, Work takes turns across keys, so the first is not always the next
+	// claimed.
 	Position int `json:"position"`
 	Priority int `json:"priority"`
 	// Key and Cost are the submission's (SubmitOptions): "" is no key.

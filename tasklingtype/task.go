@@ -40,8 +40,10 @@ type TaskInfo struct {
 	// EnabledSource says which: LimitSourceOverride, LimitSourceDeclared or LimitSourceNone.
 	Enabled       bool
 	EnabledSource LimitSource
-	// Overrides are the operator's overrides (nil fields are not overridden), last changed at
-	// OverridesUpdatedAt (zero if never).
+	// Overrides are the operator's overrides of the task row's settings (nil fields are not
+	// overridden), last changed at OverridesUpdatedAt (zero if never). The keep overrides are in
+	// TaskDetail.Retention.Overrides: their fields here are always nil, and a change of them alone
+	// does not move OverridesUpdatedAt.
 	Overrides          SettingsUpdate
 	OverridesUpdatedAt time.Time
 	// SettingsError, when not nil, says why every start of the task fails on the host that
