@@ -212,6 +212,13 @@ func (e *Execution) setBlockStatus(ctx context.Context, id int64, attempt int, s
 	return e.c.blocks.SetBlockStatus(ctx, id, attempt, status, items, progress, message)
 }
 
+// afterSpans is from plus n spans, computed in seconds and nanoseconds apart: a Duration saturates
+// at ~292 years, so To.Sub(From) would undercount the blocks of a longer range.
+func afterSpans(from time.Time, span time.Duration, n int64) time.Time {
+	sec, ns := int64(span/time.Second), int64(span%time.Second)
+	return time.Unix(from.Unix()+n*sec, int64(from.Nanosecond())+n*ns)
+}
+
 // NumericBlocks gets numeric range blocks (see BlockOptions for which). r is split into blocks of
 // at most r.MaxSize numbers; with MaxBlocks, only as many new blocks as fit are created (continue
 // with ContinueFromLast).
@@ -250,7 +257,7 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 		case !r.From.Before(r.To):
 			return fmt.Errorf("%w: DateRange.From (%s) is not before DateRange.To (%s): the range is empty", ErrInvalidArgument,
 				r.From.Format(time.RFC3339Nano), r.To.Format(time.RFC3339Nano))
-		case (opts == nil || opts.MaxBlocks == 0) && (r.To.Sub(r.From)-1)/r.MaxSpan >= MaxNewBlocks: // more than MaxNewBlocks spans
+		case (opts == nil || opts.MaxBlocks == 0) && r.To.After(afterSpans(r.From, r.MaxSpan, MaxNewBlocks)):
 			return fmt.Errorf("%w: DateRange would make more than %d blocks in one call; set BlockOptions.MaxBlocks (with ContinueFromLast to go on later)",
 				ErrInvalidArgument, MaxNewBlocks)
 		}

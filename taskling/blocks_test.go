@@ -655,7 +655,8 @@ func TestBlockValuesTheDatabaseCannotStoreAreRefusedNamingTheField(t *testing.T)
 }
 
 // TestARangeOfExactlyMaxNewBlocksIsTaken: MaxNewBlocks blocks in one call are allowed for dates as
-// for numbers, one more is refused (a date range of exactly MaxNewBlocks spans was refused).
+// for numbers, one more is refused (a date range of exactly MaxNewBlocks spans was refused, and
+// one longer than a Duration holds was let through).
 func TestARangeOfExactlyMaxNewBlocksIsTaken(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withLimit(1))
@@ -666,6 +667,10 @@ func TestARangeOfExactlyMaxNewBlocksIsTaken(t *testing.T) {
 	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "MaxNewBlocks + 1 blocks")
 	_, err = e.NumericBlocks(b.ctx, taskling.NumericRange{From: 1, To: taskling.MaxNewBlocks + 1, MaxSize: 1}, nil)
 	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "MaxNewBlocks + 1 blocks")
+	// Longer than a Duration holds (~292 years): ~199 000 blocks, refused.
+	long := taskling.DateRange{From: time.Date(1500, 1, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2500, 1, 1, 0, 0, 0, 0, time.UTC), MaxSpan: 44 * time.Hour}
+	_, err = e.DateBlocks(b.ctx, long, nil)
+	require.ErrorIs(t, err, taskling.ErrInvalidArgument, "a thousand years of 44 h blocks")
 	exact := taskling.DateRange{From: from, To: from.Add(taskling.MaxNewBlocks * time.Microsecond), MaxSpan: time.Microsecond}
 	got, err := e.DateBlocks(b.ctx, exact, nil)
 	require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/taskling"
@@ -97,28 +98,40 @@ func TestHeaderRoundTrips(t *testing.T) {
 	require.Equal(t, []taskling.EventType{taskling.EventStart, taskling.EventCheckpoint, taskling.EventEnd}, eventTypes(t, b, e.ID()))
 }
 
-// TestExecutionPagesGoOnWhenTheirAnchorIsDeleted: the next page of executions continues after
-// NextBefore even if cleanup deleted that execution between the two reads (it used to be empty).
-func TestExecutionPagesGoOnWhenTheirAnchorIsDeleted(t *testing.T) {
+// TestExecutionPagesFollowStartOrderAcrossHosts: pages of executions follow their start times,
+// newest first, also when two hosts' ids (reserved ahead by each process) interleave out of that
+// order; a page whose anchor cleanup deleted meanwhile is empty, as the godoc says.
+func TestExecutionPagesFollowStartOrderAcrossHosts(t *testing.T) {
 	t.Parallel()
 	b := setup(t, withLimit(1))
-	var ids []int64
-	for range 5 {
-		e, err := b.client.StartExecution(b.ctx, b.app, b.task, nil)
+	other := newClient(t, b.pool, withLimit(1))
+	for i := range 8 {
+		c := []*taskling.Client{b.client, other}[i%2]
+		e, err := c.StartExecution(b.ctx, b.app, b.task, nil)
 		require.NoError(t, err)
-		ids = append(ids, e.ID())
 		require.NoError(t, e.Complete(b.ctx))
 	}
-	first, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 2})
+	rows, err := b.pool.Query(b.ctx, `SELECT id FROM taskling.task_execution ORDER BY started_at DESC, id DESC`)
 	require.NoError(t, err)
-	require.Equal(t, ids[3], first.NextBefore)
-	_, err = b.pool.Exec(b.ctx, `DELETE FROM taskling.task_execution WHERE id = $1`, first.NextBefore)
-	require.NoError(t, err)
-	next, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 2, Before: first.NextBefore})
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
 	var got []int64
-	for _, e := range next.Executions {
-		got = append(got, e.ID)
+	var before int64
+	for {
+		page, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 3, Before: before})
+		require.NoError(t, err)
+		for _, e := range page.Executions {
+			got = append(got, e.ID)
+		}
+		if page.NextBefore == 0 {
+			break
+		}
+		before = page.NextBefore
 	}
-	require.Equal(t, []int64{ids[2], ids[1]}, got)
+	require.Equal(t, want, got)
+	_, err = b.pool.Exec(b.ctx, `DELETE FROM taskling.task_execution WHERE id = $1`, want[2])
+	require.NoError(t, err)
+	page, err := b.client.Executions(b.ctx, b.app, b.task, &taskling.ExecutionFilter{Limit: 3, Before: want[2]})
+	require.NoError(t, err)
+	require.Empty(t, page.Executions)
 }

@@ -243,7 +243,7 @@ type ExecutionFilter struct {
 	Status Status
 	// Before continues after the execution with this id, in the page's order (0 = from the
 	// newest): pass the previous page's NextBefore to get the next page. If that execution is gone
-	// (cleanup deleted it), the page holds the executions with a smaller id.
+	// (cleanup deleted it meanwhile), the page is empty: start again from the newest.
 	Before int64
 	// Limit is the page size, 1 to MaxExecutionsPage; 0 means DefaultExecutionsPage.
 	Limit int

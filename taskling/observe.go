@@ -120,10 +120,21 @@ type startObs struct {
 	queuedAt time.Time // when its ticket was first queued, on the database clock (zero: never)
 	queued   bool      // it took a ticket (even if its time is unknown)
 
-	mu     sync.Mutex
-	blocks map[int]func(error) // block attempts whose end is not reported yet
-	nextID int
-	ended  bool
+	mu         sync.Mutex
+	blocks     map[int]func(error) // block attempts whose end is not reported yet
+	nextID     int
+	ended      bool
+	denyReason DenyReason // the reason Hooks.Denied was given ("": none)
+}
+
+// deniedFor notes the reason the start was denied with, as Hooks.Denied reported it.
+func (o *startObs) deniedFor(reason DenyReason) {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	o.denyReason = reason
+	o.mu.Unlock()
 }
 
 // observe makes the observation of a start. trace: call StartBegan now (false for a critical
@@ -191,10 +202,16 @@ func (o *startObs) granted(ctx context.Context, app, task string, g Grant) conte
 	return ctx
 }
 
-// failed ends a start that was not granted.
+// failed ends a start that was not granted: denied with the reason the hooks were given, else
+// by what err wraps.
 func (o *startObs) failed(err error) {
 	e := End{Outcome: OutcomeError, Err: err}
+	o.mu.Lock()
+	reason := o.denyReason
+	o.mu.Unlock()
 	switch {
+	case reason != "":
+		e.Outcome, e.DenyReason = OutcomeDenied, reason
 	case errors.Is(err, ErrKeyLimitReached): // before ErrLimitReached, which it wraps
 		e.Outcome, e.DenyReason = OutcomeDenied, DenyKeyLimit
 	case errors.Is(err, ErrLimitReached):

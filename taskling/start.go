@@ -349,7 +349,7 @@ func (c *Client) waitForSlot(ctx context.Context, app, task string, req startReq
 			wait = retryDelay(res, wait)
 		case errors.Is(err, ErrRateLimited) && req.submission != 0:
 			// Work defers the submission rather than hold its claim while the rate has no room.
-			c.hooks.denied(app, task, rateReason(err))
+			c.denied(req, app, task, rateReason(err))
 			return nil, err
 		case errors.Is(err, ErrRateLimited):
 			// No release wakes it: its next attempt is timed for when the rate has room.
@@ -449,6 +449,13 @@ func (c *Client) leave(ctx context.Context, req startReq) {
 	}
 }
 
+// denied reports a denial to the hooks and to the start's observation, so that its trace ends
+// with the same reason the metrics count.
+func (c *Client) denied(req startReq, app, task string, reason DenyReason) {
+	c.hooks.denied(app, task, reason)
+	req.obs.deniedFor(reason)
+}
+
 // recordUnfit records, once, as a Blocked execution, a wait ended because a limit was lowered below
 // its cost, and returns err (which says so).
 func (c *Client) recordUnfit(ctx context.Context, app, task string, req startReq, res execution.AcquireResult, err error) error {
@@ -461,7 +468,7 @@ func (c *Client) recordUnfit(ctx context.Context, app, task string, req startReq
 	if reason == "" {
 		reason = DenyLimit
 	}
-	c.hooks.denied(app, task, reason)
+	c.denied(req, app, task, reason)
 	return err
 }
 
@@ -474,17 +481,21 @@ func (c *Client) recordGaveUp(ctx context.Context, app, task string, req startRe
 	if err != nil {
 		c.log.Warn("taskling: could not record a blocked attempt", zap.String("task", req.TaskName), zap.Error(err))
 	}
+	recorded := ""
+	if id != 0 {
+		recorded = fmt.Sprintf(" (attempt recorded as execution %d)", id)
+	}
 	if errors.Is(lastErr, ErrRateLimited) {
-		c.hooks.denied(app, task, rateReason(lastErr))
-		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", ErrRateLimited, req.TaskName, id, cause)
+		c.denied(req, app, task, rateReason(lastErr))
+		return fmt.Errorf("%w: %s: gave up waiting%s: %w", ErrRateLimited, req.TaskName, recorded, cause)
 	}
 	if errors.Is(lastErr, ErrLimitReached) || lastErr == nil {
 		reason, sentinel := DenyLimit, ErrLimitReached
 		if errors.Is(lastErr, ErrKeyLimitReached) {
 			reason, sentinel = DenyKeyLimit, ErrKeyLimitReached
 		}
-		c.hooks.denied(app, task, reason)
-		return fmt.Errorf("%w: %s: gave up waiting (attempt recorded as execution %d): %w", sentinel, req.TaskName, id, cause)
+		c.denied(req, app, task, reason)
+		return fmt.Errorf("%w: %s: gave up waiting%s: %w", sentinel, req.TaskName, recorded, cause)
 	}
 	return fmt.Errorf("taskling: %s: gave up waiting: %w (last error: %w)", req.TaskName, cause, lastErr)
 }
@@ -504,20 +515,21 @@ func (c *Client) report(app, task string, req startReq, res execution.AcquireRes
 	switch {
 	case res.Denied == execution.NotDenied:
 		c.hooks.granted(app, task)
+	case res.Unfit != nil && req.ticket() == 0: // a cost above a limit: ErrInvalidArgument
 	case res.Denied == execution.DeniedDisabled && retired:
-		c.hooks.denied(app, task, DenyRetired)
+		c.denied(req, app, task, DenyRetired)
 	case res.Denied == execution.DeniedDisabled:
-		c.hooks.denied(app, task, DenyDisabled)
+		c.denied(req, app, task, DenyDisabled)
 	case res.Denied == execution.DeniedDuplicate:
-		c.hooks.denied(app, task, DenyDuplicate)
+		c.denied(req, app, task, DenyDuplicate)
 	case req.RecordDenial && res.Denied == execution.DeniedKeyLimit:
-		c.hooks.denied(app, task, DenyKeyLimit)
+		c.denied(req, app, task, DenyKeyLimit)
 	case req.RecordDenial && res.Denied == execution.DeniedRate:
-		c.hooks.denied(app, task, DenyRate)
+		c.denied(req, app, task, DenyRate)
 	case req.RecordDenial && res.Denied == execution.DeniedKeyRate:
-		c.hooks.denied(app, task, DenyKeyRate)
+		c.denied(req, app, task, DenyKeyRate)
 	case req.RecordDenial: // a waiter's limit denials are counted when it gives up
-		c.hooks.denied(app, task, DenyLimit)
+		c.denied(req, app, task, DenyLimit)
 	}
 }
 

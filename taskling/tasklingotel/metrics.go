@@ -76,7 +76,7 @@ func newInstruments(client *taskling.Client, o Options) (*instruments, error) {
 	in := &instruments{
 		client:            client,
 		grants:            mk.counter("taskling.grants", "{start}", "Starts granted a slot."),
-		denials:           mk.counter("taskling.denials", "{start}", "Starts denied, by reason (limit, disabled, duplicate, retired)."),
+		denials:           mk.counter("taskling.denials", "{start}", "Starts denied, by reason (limit, key_limit, rate, key_rate, disabled, duplicate, retired)."),
 		reclaims:          mk.counter("taskling.reclaims", "{slot}", "Slots taken from, or removed with, dead holders."),
 		leaseLosses:       mk.counter("taskling.lease_losses", "{execution}", "Executions whose context was cancelled because the lease was lost."),
 		heartbeatFailures: mk.counter("taskling.heartbeat_failures", "{heartbeat}", "Heartbeats that failed and were retried."),

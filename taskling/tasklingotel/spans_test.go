@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -380,11 +381,20 @@ func TestKeyedAndWeightedStartsCarryTheirKeyAndCost(t *testing.T) {
 	}
 }
 
-// TestKeyLimitAndRateDenialsSayWhy: a start refused by its key's limit, or by the task's rate, is
-// denied (not an error) with the reason key_limit or rate, as Hooks.Denied reports it.
+// TestKeyLimitAndRateDenialsSayWhy: a start refused by its key's limit, by the task's rate, or
+// by its key's rate while it waited (WaitForSlot, given up), is denied (not an error) with the
+// reason Hooks.Denied was given: key_limit, rate, key_rate.
 func TestKeyLimitAndRateDenialsSayWhy(t *testing.T) {
 	t.Parallel()
+	var mu sync.Mutex
+	var hooked []string
+	hooks := taskling.Hooks{Denied: func(_, _ string, r taskling.DenyReason) {
+		mu.Lock()
+		hooked = append(hooked, string(r))
+		mu.Unlock()
+	}}
 	b := setup(t, &taskling.Config{Defaults: taskling.TaskSettings{ConcurrencyLimit: 8, KeyLimit: 1}}, nil)
+	b.client.AddHooks(hooks)
 	held, err := b.client.StartExecution(b.ctx, "app", "keyed", &taskling.StartOptions{Key: "acme"})
 	require.NoError(t, err)
 	_, err = b.client.StartExecution(b.ctx, "app", "keyed", &taskling.StartOptions{Key: "acme"})
@@ -393,22 +403,37 @@ func TestKeyLimitAndRateDenialsSayWhy(t *testing.T) {
 
 	rated := taskling.TaskSettings{ConcurrencyLimit: 8, Rate: taskling.Rate{Count: 1, Per: time.Hour}}
 	c, spans, _, _, _ := newTraced(t, b.pool, &taskling.Config{Defaults: rated}, nil)
+	c.AddHooks(hooks)
 	first, err := c.StartExecution(b.ctx, "app", "rated", nil)
 	require.NoError(t, err)
 	require.NoError(t, first.Complete(b.ctx))
 	_, err = c.StartExecution(b.ctx, "app", "rated", nil)
 	require.ErrorIs(t, err, taskling.ErrRateLimited)
 
-	var got []string
-	for _, s := range append(b.named(tasklingotel.SpanStart), spans.GetSpans()...) {
+	keyRated := taskling.TaskSettings{ConcurrencyLimit: 8, KeyRate: taskling.Rate{Count: 1, Per: time.Hour}}
+	kc, keySpans, _, _, _ := newTraced(t, b.pool, &taskling.Config{Defaults: keyRated}, nil)
+	kc.AddHooks(hooks)
+	first, err = kc.StartExecution(b.ctx, "app", "key-rated", &taskling.StartOptions{Key: "acme"})
+	require.NoError(t, err)
+	require.NoError(t, first.Complete(b.ctx))
+	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = kc.StartExecution(ctx, "app", "key-rated", &taskling.StartOptions{Key: "acme", WaitForSlot: true})
+	require.ErrorIs(t, err, taskling.ErrRateLimited)
+
+	var traced []string
+	for _, s := range append(append(b.named(tasklingotel.SpanStart), spans.GetSpans()...), keySpans.GetSpans()...) {
 		if s.Name != tasklingotel.SpanStart {
 			continue
 		}
 		a := attrs(s)
 		if a[tasklingotel.AttrOutcome].AsString() == "denied" {
 			require.Equal(t, codes.Unset, s.Status.Code, "a denial is not an error")
-			got = append(got, a[tasklingotel.AttrDenyReason].AsString())
+			traced = append(traced, a[tasklingotel.AttrDenyReason].AsString())
 		}
 	}
-	require.ElementsMatch(t, []string{"key_limit", "rate"}, got)
+	require.ElementsMatch(t, []string{"key_limit", "rate", "key_rate"}, traced)
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, traced, hooked, "the trace says what the hooks were told")
 }

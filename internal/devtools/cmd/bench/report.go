@@ -116,8 +116,8 @@ func printTargets(t table, scenarios []scenario) {
 	}
 	failed, violations := int64(0), int64(0)
 	for _, sc := range scenarios {
-		// A rate scenario counts the rate's refusals as failed: printRateTargets reads them.
-		if !strings.HasPrefix(sc.name, "floor") && !strings.HasPrefix(sc.kind, "rate:") {
+		// Starts under a rate count its refusals as failed: printRateTargets reads them.
+		if !strings.HasPrefix(sc.name, "floor") && sc.kind != rateStarts {
 			failed += t.rows[sc.name].pooled.Failed
 		}
 		violations += t.rows[sc.name].pooled.Violations
