@@ -135,3 +135,23 @@ func TestExecutionPagesFollowStartOrderAcrossHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, page.Executions)
 }
+
+// TestCloseRefusesNewCallsButEndsNoExecution is the README's promise: after client.Close a start
+// returns ErrClientClosed, and an execution started before it is not ended (it keeps its slot).
+func TestCloseRefusesNewCallsButEndsNoExecution(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(1))
+	c := newClient(t, b.pool, withLimit(1))
+	running, err := c.StartExecution(b.ctx, b.app, b.task, nil)
+	require.NoError(t, err)
+	c.Close()
+	_, err = c.StartExecution(b.ctx, b.app, b.task, nil)
+	require.ErrorIs(t, err, taskling.ErrClientClosed)
+	last, err := b.client.LastExecutions(b.ctx, b.app, b.task, 1)
+	require.NoError(t, err)
+	require.Len(t, last, 1)
+	require.Equal(t, running.ID(), last[0].ID)
+	require.Equal(t, taskling.StatusInProgress, last[0].Status)
+	_, err = b.client.StartExecution(b.ctx, b.app, b.task, nil)
+	require.ErrorIs(t, err, taskling.ErrLimitReached, "its slot is still held")
+}

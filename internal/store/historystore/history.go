@@ -33,23 +33,9 @@ func collectExecution(row pgx.CollectableRow) (tasklingtype.ExecutionInfo, error
 	return scanExecution(row)
 }
 
-// lastExecutionsSQL is served by task_execution_task_started_idx (task_id, started_at DESC, id DESC).
-const lastExecutionsSQL = `
-SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.started_at,
-    taskling.execution_completed_at(e, x) AS completed_at,
-    taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
-    e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
-FROM taskling.task_execution e
-LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
-LEFT JOIN taskling.session s ON s.id = e.session_id
-WHERE e.task_id = $1
-ORDER BY e.started_at DESC, e.id DESC
-LIMIT $2`
-
 // LastExecutions returns the task's last n executions, newest first.
 func (s *Store) LastExecutions(ctx context.Context, taskID int64, n int) ([]tasklingtype.ExecutionInfo, error) {
-	out, err := s.executions(ctx, lastExecutionsSQL, taskID, n)
+	out, err := s.executions(ctx, executionsPageSQL, taskID, 0, "", n) // the first page
 	if err != nil {
 		return nil, fmt.Errorf("last executions of task %d: %w", taskID, err)
 	}

@@ -40,12 +40,9 @@ ANALYZE taskling.task_execution`)
 	for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 		_, err = conn.Exec(ctx, `SET plan_cache_mode = `+mode)
 		require.NoError(t, err)
-		for _, c := range []struct {
-			before int64
-			status string
-		}{{0, ""}, {middle, ""}} {
+		for _, before := range []int64{0, middle} {
 			// EXPLAIN takes no bind parameters: the test's own values, written in.
-			rows, err := conn.Query(ctx, fmt.Sprintf(`EXPLAIN (COSTS OFF) EXECUTE page(%d, %d, '%s', 51)`, task, c.before, c.status))
+			rows, err := conn.Query(ctx, fmt.Sprintf(`EXPLAIN (COSTS OFF) EXECUTE page(%d, %d, '', 51)`, task, before))
 			require.NoError(t, err)
 			var lines []string
 			for rows.Next() {
@@ -55,8 +52,8 @@ ANALYZE taskling.task_execution`)
 			}
 			require.NoError(t, rows.Err())
 			plan := strings.Join(lines, "\n")
-			require.Contains(t, plan, "Index Scan using task_execution_task_started_idx", "%s, before %d: %s", mode, c.before, plan)
-			require.NotContains(t, plan, "Sort", "%s, before %d: %s", mode, c.before, plan)
+			require.Contains(t, plan, "Index Scan using task_execution_task_started_idx", "%s, before %d: %s", mode, before, plan)
+			require.NotContains(t, plan, "Sort", "%s, before %d: %s", mode, before, plan)
 		}
 	}
 }
