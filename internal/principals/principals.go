@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -85,7 +86,8 @@ func CheckRole(r Role) error {
 }
 
 // Parse reads a principals file's text: every principal has a valid name, a role and a token
-// hash, and no name or hash appears twice. Unknown keys are refused.
+// hash, and no name or hash appears twice. Unknown keys are refused, and so are keys in another
+// case (`Name`, `[[Principal]]`).
 func Parse(text []byte) ([]Principal, error) {
 	var doc struct {
 		Principal []Principal `toml:"principal"`
@@ -100,6 +102,14 @@ func Parse(text []byte) ([]Principal, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		return nil, fmt.Errorf("%w: unknown key %q; want [[principal]] tables of name, role and token_sha256", ErrMalformed, undecoded[0].String())
+	}
+	// The decoder matches keys without regard to case, and of two that differ only so it keeps
+	// either, at random: [[Principal]] beside [[principal]] would make the file mean one thing
+	// to one read and another to the next.
+	for _, k := range md.Keys() {
+		if !slices.Equal(k, toml.Key{"principal"}) && (len(k) != 2 || k[0] != "principal" || !slices.Contains([]string{"name", "role", "token_sha256"}, k[1])) {
+			return nil, fmt.Errorf("%w: key %q: keys are lowercase; want [[principal]] tables of name, role and token_sha256", ErrMalformed, k.String())
+		}
 	}
 	names, hashes := map[string]bool{}, map[string]bool{}
 	for i, p := range doc.Principal {

@@ -29,6 +29,8 @@ func TestParseRefusesWhatIsNotAPrincipal(t *testing.T) {
 		"[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + HashToken("x") + "\"": "appears twice",
 		"[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[principal]]\nname = \"b\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"":      "token of another principal",
 		"[[principal]\n": "line 2: expected end of table array",
+		"[[principal]]\nname = \"alice\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[Principal]]\nname = \"bob\"\nrole = \"read\"\ntoken_sha256 = \"" + HashToken("x") + "\"": `key "Principal": keys are lowercase`,
+		"[[principal]]\nname = \"alice\"\nName = \"bob\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"":                                                                            `key "principal.Name": keys are lowercase`,
 	} {
 		_, err := Parse([]byte(text))
 		require.ErrorIs(t, err, ErrMalformed, text)
