@@ -98,7 +98,11 @@ file has already is refused: remove it first to give it a new token.`,
 	remove := &cobra.Command{
 		Use:   "remove NAME --file FILE",
 		Short: "Remove a principal from FILE: its token stops working and its sessions end",
-		Args:  exactArgs(1, "one argument, the principal's NAME"),
+		Long: `Remove the principal NAME from FILE: its [[principal]] table goes, with the comment lines
+directly above its header, and the rest of the text stays. Its token stops working and its
+sessions end. A NAME FILE lacks exits 3; a NAME it has but not as a [[principal]] table this
+command can take out is an error that writes nothing: remove it by hand.`,
+		Args: exactArgs(1, "one argument, the principal's NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := principals.Remove(file, args[0])
 			if errors.Is(err, principals.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
