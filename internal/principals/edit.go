@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 )
 
 // Add makes a new token for a new principal, appends the principal to the file at path (created
@@ -20,7 +21,7 @@ func Add(path, name string, role Role) (string, error) {
 	if err := CheckRole(role); err != nil {
 		return "", fmt.Errorf("principals: %w", err)
 	}
-	text, err := readForEdit(path, true)
+	target, text, orig, err := readForEdit(path, true)
 	if err != nil {
 		return "", err
 	}
@@ -29,7 +30,7 @@ func Add(path, name string, role Role) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return token, replace(path, next)
+	return token, replace(target, next, orig)
 }
 
 // Remove removes the principal named name from the file at path, keeping the rest of its text:
@@ -39,10 +40,13 @@ func Add(path, name string, role Role) (string, error) {
 // principal written otherwise than as a [[principal]] table, say). Its token stops working at
 // once for a server that rereads the file, and its sessions end.
 //
-// Add and Remove write the file whole into a temporary file renamed over it, so that a server
-// never reads half a table; it ends with mode 0600.
+// Add and Remove write the file whole into a temporary file beside it, renamed over it, so that a
+// server never reads half a table; a symlink is followed, and the file it names rewritten. The
+// new file keeps the old one's owner, group and mode less its world bits (a new file is 0600):
+// when the owner and group cannot be kept (not root, and the file is another user's or another
+// group's), nothing is written, since a server reading the file as them would be locked out.
 func Remove(path, name string) error {
-	text, err := readForEdit(path, false)
+	target, text, orig, err := readForEdit(path, false)
 	if err != nil {
 		return err
 	}
@@ -50,16 +54,24 @@ func Remove(path, name string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return replace(path, next)
+	return replace(target, next, orig)
 }
 
-// readForEdit reads the file at path; a missing file, when missingOK, has no text.
-func readForEdit(path string, missingOK bool) ([]byte, error) {
-	text, err := ReadFile(path)
+// readForEdit reads the file that path names, through symlinks: its path, its text and what it
+// is. A missing file, when missingOK, is path with no text.
+func readForEdit(path string, missingOK bool) (string, []byte, os.FileInfo, error) {
+	target, err := filepath.EvalSymlinks(path)
 	if missingOK && errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return path, nil, nil, nil
 	}
-	return text, err
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("principals: %w", err)
+	}
+	text, orig, err := readFile(target)
+	if missingOK && errors.Is(err, os.ErrNotExist) {
+		return path, nil, nil, nil
+	}
+	return target, text, orig, err
 }
 
 // withPrincipal returns text with p's table after it.
@@ -135,14 +147,26 @@ func names(ps []Principal) []string {
 	return out
 }
 
-// replace writes text to a temporary file beside path (mode 0600) and renames it over path.
-func replace(path string, text []byte) error {
+// chown gives a file an owner and group; tests replace it to see a refusal.
+var chown = (*os.File).Chown
+
+// replace writes text to a temporary file beside path and renames it over path. The new file has
+// orig's owner and group and its mode less the world bits, or mode 0600 when orig is nil.
+func replace(path string, text []byte, orig os.FileInfo) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("principals: %w", err)
 	}
 	defer os.Remove(f.Name()) // after a successful rename there is nothing left to remove
-	if err := f.Chmod(0o600); err != nil {
+	mode := os.FileMode(0o600)
+	if orig != nil {
+		mode = orig.Mode().Perm() &^ 0o007
+		if err := keepOwner(f, path, orig); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Chmod(mode); err != nil { // after the chown, which may clear bits
 		f.Close()
 		return fmt.Errorf("principals: %w", err)
 	}
@@ -159,6 +183,31 @@ func replace(path string, text []byte) error {
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("principals: %w", err)
+	}
+	// A removal must survive a crash: the rename is durable once the directory is synced. The
+	// file is in place either way, so a directory that cannot be synced is not an error.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// keepOwner gives f, the new text of path, the owner and group of orig, path's old file.
+func keepOwner(f *os.File, path string, orig os.FileInfo) error {
+	want, ok := orig.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("principals: %w", err)
+	}
+	if have, ok := st.Sys().(*syscall.Stat_t); ok && have.Uid == want.Uid && have.Gid == want.Gid {
+		return nil
+	}
+	if err := chown(f, int(want.Uid), int(want.Gid)); err != nil {
+		return fmt.Errorf("principals: %s belongs to uid %d, gid %d, which its rewrite could not keep (%w); nothing was written: run this as root, or as that user in that group", path, want.Uid, want.Gid, err)
 	}
 	return nil
 }

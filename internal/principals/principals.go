@@ -136,24 +136,32 @@ func Parse(text []byte) ([]Principal, error) {
 // ReadFile reads the file at path (following symlinks): a regular file of at most MaxFileSize
 // bytes.
 func ReadFile(path string) ([]byte, error) {
+	text, _, err := readFile(path)
+	return text, err
+}
+
+// readFile is ReadFile, with what the file read is (its mode and owner, for a rewrite).
+func readFile(path string) ([]byte, os.FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
+		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("principals: %s is not a regular file", path)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("principals: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("principals: %s is not a regular file", path)
 	}
 	text, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
+		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
 	if len(text) > MaxFileSize {
-		return nil, fmt.Errorf("principals: %s is larger than %d bytes", path, MaxFileSize)
+		return nil, nil, fmt.Errorf("principals: %s is larger than %d bytes", path, MaxFileSize)
 	}
-	return text, nil
+	return text, st, nil
 }
 
 // Load reads and parses the file at path.
