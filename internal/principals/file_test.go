@@ -3,11 +3,18 @@ package principals
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
+
+// promptly is how long a call that must not wait on a FIFO may take before the test says it
+// hangs: far more than it needs, so that a loaded machine does not fail it.
+const promptly = 10 * time.Second
 
 // TestAddAndRemoveKeepTheFilesModeLessWorldBits is issue 40's lock-out: a 0640 file read by the
 // server through its group came back 0600 from tokens add. The mode stays, less world bits; a
@@ -122,4 +129,62 @@ func TestRemoveThroughASymlinkRewritesTheFileItNames(t *testing.T) {
 	st, err := os.Lstat(link)
 	require.NoError(t, err)
 	require.Equal(t, os.ModeSymlink, st.Mode().Type(), "still a symlink")
+}
+
+// inTime runs f (which asserts, in its own goroutine) and fails the test if it has not returned after promptly.
+func inTime(t *testing.T, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(promptly):
+		t.Fatalf("%s still waits after %s", what, promptly)
+	}
+}
+
+// TestAFIFOIsRefusedWithoutWaiting is issue 40's hang: a FIFO as the principals file blocked the
+// open (for a writer that never comes) while the Source held its lock, and every authenticated
+// request behind it. It is refused at once, naming the path.
+func TestAFIFOIsRefusedWithoutWaiting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path, fifo := filepath.Join(dir, "principals.toml"), filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	var once sync.Once
+	t.Cleanup(func() { // release an open that waits (the old code), so that the test ends
+		once.Do(func() {
+			if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+		})
+	})
+
+	inTime(t, "NewSource on a FIFO", func() {
+		_, err := NewSource(fifo, "")
+		assert.ErrorContains(t, err, fifo+" is not a regular file")
+	})
+	inTime(t, "Add and Remove on a FIFO", func() {
+		_, err := Add(fifo, "alice", RoleRead)
+		assert.ErrorContains(t, err, "not a regular file")
+		assert.ErrorContains(t, Remove(fifo, "alice"), "not a regular file")
+	})
+
+	_, err := Add(path, "alice", RoleOperate)
+	require.NoError(t, err)
+	s, err := NewSource(path, "the single token of at least 32 bytes")
+	require.NoError(t, err)
+	now := time.Now()
+	s.now = func() time.Time { return now }
+	require.NoError(t, os.Rename(fifo, path))
+	now = now.Add(CheckInterval)
+	inTime(t, "Current on a FIFO", func() {
+		set, change := s.Current()
+		assert.NotNil(t, change)
+		assert.Contains(t, change.Problem, path+" is not a regular file")
+		assert.Equal(t, 1, set.Len(), "only the token's principal")
+	})
 }

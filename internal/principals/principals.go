@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/BurntSushi/toml"
 )
@@ -134,7 +135,7 @@ func Parse(text []byte) ([]Principal, error) {
 }
 
 // ReadFile reads the file at path (following symlinks): a regular file of at most MaxFileSize
-// bytes.
+// bytes. Anything else — a FIFO, a device, a directory — is refused without waiting on it.
 func ReadFile(path string) ([]byte, error) {
 	text, _, err := readFile(path)
 	return text, err
@@ -142,7 +143,9 @@ func ReadFile(path string) ([]byte, error) {
 
 // readFile is ReadFile, with what the file read is (its mode and owner, for a rewrite).
 func readFile(path string) ([]byte, os.FileInfo, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below, as in
+	// taskling/settingsfile); reads of a regular file ignore the flag.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
@@ -152,7 +155,7 @@ func readFile(path string) ([]byte, os.FileInfo, error) {
 		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("principals: %s is not a regular file", path)
+		return nil, nil, fmt.Errorf("principals: %s is not a regular file (mode %s)", path, st.Mode())
 	}
 	text, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
