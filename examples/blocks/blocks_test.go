@@ -328,9 +328,9 @@ func startProgram(t *testing.T, ctx context.Context, dbURL string, args ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &program{cmd: exec.CommandContext(ctx, self, append([]string{"-database-url", dbURL}, args...)...),
-		out: &testutil.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "BLOCKS_RUN_MAIN=1")
+	p := &program{cmd: exec.CommandContext(ctx, self, args...), out: &testutil.SyncBuffer{}, done: make(chan struct{})}
+	// The URL in the environment: on a command line, anyone could read its password (ps).
+	p.cmd.Env = append(os.Environ(), "BLOCKS_RUN_MAIN=1", "TASKLING_DATABASE_URL="+dbURL)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
