@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -177,7 +178,7 @@ func serveHosts(addr, allowed string) ([]string, error) {
 		return nil, usageErrorf("--addr: %v", err)
 	}
 	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		hosts = append([]string{host}, hosts...)
+		hosts = append([]string{host}, slices.DeleteFunc(hosts, func(h string) bool { return h == host })...)
 	}
 	return hosts, nil
 }
