@@ -488,7 +488,7 @@ func nestedJSON(depth int) json.RawMessage {
 // ErrInvalidArgument naming the field, before anything is stored; so is a Go value that deep.
 func TestJSONNestedDeeperThanMaxJSONDepthIsRefused(t *testing.T) {
 	t.Parallel()
-	b := setup(t, noAutoCleanup(withLimit(1)))
+	b := setup(t, noAutoCleanup(steady(1)))
 	e := b.start(t, nil)
 	var goValue any = "leaf"
 	for range taskling.MaxJSONDepth + 1 {
@@ -547,7 +547,7 @@ func TestJSONNestedDeeperThanMaxJSONDepthIsRefused(t *testing.T) {
 // written with SQL, 9 000 deep) still reads, and its submission's attempt runs with it.
 func TestJSONStoredDeeperThanTheBoundStillReadsAndRuns(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withLimit(1))
+	b := setup(t, steady(1))
 	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: 1, MaxAttempts: 1})
 	require.NoError(t, err)
 	deep := nestedJSON(9000)
