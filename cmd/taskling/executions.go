@@ -87,7 +87,7 @@ func printExecutions(e *env, xs []httpapi.Execution) error {
 		if x.FencingToken != nil {
 			fence = fmt.Sprint(*x.FencingToken)
 		}
-		cells := []string{fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(deref(x.ReferenceValue)), progress(x.ItemsDone, x.ItemsTotal), fence}
+		cells := []string{fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(shorten(deref(x.ReferenceValue), 60)), progress(x.ItemsDone, x.ItemsTotal), fence}
 		if keyed {
 			cells = append(cells, fmt.Sprintf("%q", x.Key), fmt.Sprint(x.Cost))
 		}

@@ -835,3 +835,78 @@ func TestTheSignInFormKeepsWhatIsTyped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "30/1m", typed, "a field being filled in survives the refresh")
 }
+
+// TestStoredValuesShowWholeOrCutInARealBrowser is issue 40 item 1 on the dashboard: a page wrote
+// a stored value or text escaped for HTML, < as &lt;, so a value full of them made the page four
+// times its size. A header, a checkpoint and a block message holding ordinary text show whole, as
+// stored; ones full of < (stored with SQL) show their beginning ending with "…", the block
+// message's cell a preview and its tooltip the longer beginning.
+func TestStoredValuesShowWholeOrCutInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: fast})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{PublicReads: true, RefreshInterval: time.Hour})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	const plain = `say "hi" <b> & 'bye' + more`
+	lts := strings.Repeat("<", 20000)
+	ids := map[string]int64{}
+	for _, kind := range []string{"plain", "lts"} {
+		e, err := client.StartExecution(ctx, "ledger", "import", &taskling.StartOptions{Header: map[string]string{"note": plain}})
+		require.NoError(t, err)
+		require.NoError(t, e.Checkpoint(ctx, plain))
+		blocks, err := e.ObjectBlocks(ctx, []any{1}, nil)
+		require.NoError(t, err)
+		require.NoError(t, blocks[0].Start(ctx))
+		require.NoError(t, blocks[0].Fail(ctx, plain))
+		require.NoError(t, e.Complete(ctx))
+		ids[kind] = e.ID()
+		if kind == "lts" {
+			for _, q := range []string{
+				`UPDATE taskling.task_execution SET header = jsonb_build_array($1::text) WHERE id = $2`,
+				`UPDATE taskling.task_execution_event SET message = $1 WHERE execution_id = $2 AND message IS NOT NULL`,
+				`UPDATE taskling.block_attempt SET message = $1 WHERE execution_id = $2`,
+			} {
+				_, err := pool.Exec(ctx, q, lts, e.ID())
+				require.NoError(t, err)
+			}
+		}
+	}
+
+	bctx := openBrowser(t, browser, time.Minute)
+	open := func(id int64) {
+		navigate(t, bctx, srv.URL+"/executions/"+strconv.FormatInt(id, 10))
+		require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#execution-events`))))
+	}
+	open(ids["plain"])
+	require.Equal(t, `{"note": "say \"hi\" <b> & 'bye' + more"}`, text(t, bctx, `#execution-header`), "as stored")
+	require.Contains(t, text(t, bctx, `#execution-events`), plain)
+	require.Equal(t, plain, text(t, bctx, `#execution-blocks .reason`))
+	title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#execution-blocks .reason`), "title"))
+	require.NoError(t, err)
+	require.Equal(t, plain, title.Value)
+
+	open(ids["lts"])
+	header := text(t, bctx, `#execution-header`)
+	require.True(t, strings.HasPrefix(header, `["<<<`) && strings.HasSuffix(header, "<…"), "%.100s", header)
+	require.Less(t, len(header), 2*len(lts)/4+256, "at most twice the stored size once escaped: a quarter of the <")
+	events := text(t, bctx, `#execution-events`)
+	require.Contains(t, events, "<<<…")
+	require.NotContains(t, events, lts)
+	cell := text(t, bctx, `#execution-blocks .reason`)
+	require.True(t, strings.HasSuffix(cell, "<…") && len(cell) < 256/4+8, "a preview: %q", cell)
+	title, err = chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#execution-blocks .reason`), "title"))
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(title.Value, "<…") && len(title.Value) > len(cell) && len(title.Value) <= (2*len(lts)+256)/4+len("…"), "the tooltip: %.100s", title.Value)
+	size, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.outerHTML.length`))
+	require.NoError(t, err)
+	require.Less(t, size, 4*2*len(lts)+16<<10, "the page: twice each of the 4 values shown, and the page around them")
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}

@@ -53,6 +53,8 @@ var templateFuncs = template.FuncMap{
 	"join":      strings.Join,
 	"ratio":     Percent,
 	"blockSpan": blockSpan,
+	"stored":    storedOnPage,
+	"preview":   previewOnPage,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""

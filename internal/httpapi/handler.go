@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/internal/principals"
+	"github.com/taskling-go/taskling/internal/storedjson"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
 )
@@ -191,13 +192,14 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
+// writeJSON answers v: indented, stored JSON values (headers, block values) written as stored,
+// compact, and nothing HTML-escaped, so that no answer is larger than what it shows
+// (storedjson.Encode).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = storedjson.Encode(w, v)
 }
 
 func writeError(w http.ResponseWriter, status int, field, message string) {
