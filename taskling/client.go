@@ -321,7 +321,16 @@ func validateName(field, s string) error {
 		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
 	case len(s) > MaxNameLength:
 		return fmt.Errorf("%w: %s is %d bytes; at most %d allowed", ErrInvalidArgument, field, len(s), MaxNameLength)
-	case !utf8.ValidString(s):
+	}
+	return ValidateChars(field, s)
+}
+
+// ValidateChars checks text compared with names, such as TaskFilter.Search or a query parameter
+// of the HTTP API, by the characters a name may hold: valid UTF-8 with no control character (""
+// passes; PostgreSQL refuses a NUL byte and invalid UTF-8 in text, so such a string matches
+// nothing and would fail a query). The error wraps ErrInvalidArgument and names field.
+func ValidateChars(field, s string) error {
+	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, field)
 	}
 	for _, r := range s {

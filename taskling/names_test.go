@@ -2,6 +2,7 @@ package taskling_test
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 	"time"
 
@@ -105,4 +106,26 @@ func TestOperatorNamesRefuseInvisibleCharacters(t *testing.T) {
 	changes, err := b.client.TaskChanges(b.ctx, b.app, b.task, nil)
 	require.NoError(t, err)
 	require.Len(t, changes.Changes, 1, "only the good force was recorded")
+}
+
+// TestTasksRefusesFilterTextPostgreSQLCannotRead is issue 40 item 7: a Search or a cursor holding
+// a NUL byte or invalid UTF-8 reached PostgreSQL, which failed the query (SQLSTATE 22021); they
+// are refused up front with ErrInvalidArgument naming the field.
+func TestTasksRefusesFilterTextPostgreSQLCannotRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	require.NoError(t, b.client.Run(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { return nil }, nil))
+	for _, search := range []string{"\x00", "a\xffb", "a\nb"} {
+		_, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Search: search})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q", search)
+		require.ErrorContains(t, err, "TaskFilter.Search")
+	}
+	for _, cursor := range []string{`{"s":"name","a":"\u0000","t":"x","i":1}`, `{"s":"name","a":"a","t":"","i":1}`} {
+		_, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Limit: 5, Cursor: base64.RawURLEncoding.EncodeToString([]byte(cursor))})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, cursor)
+		require.ErrorContains(t, err, "TaskFilter.Cursor")
+	}
+	page, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Search: "APP/t"})
+	require.NoError(t, err)
+	require.Len(t, page.Tasks, 1)
 }
