@@ -248,15 +248,20 @@ func ValidateName(field, s string) error { return validateName(field, s) }
 
 // ValidateNewName checks the application or task name of a task that does not exist yet, as every
 // function that creates one does: ValidateName's rules, no '/' (it separates application and
-// task in APP/TASK, so "a/b" + "c" and "a" + "b/c" would print alike) and no invisible character
-// (see Invisible). A function given a name it refuses still serves a task that already has that
-// name. The error wraps ErrInvalidArgument and names field.
+// task in APP/TASK, so "a/b" + "c" and "a" + "b/c" would print alike), not "." or ".." (a path
+// segment that browsers and HTTP clients remove from a URL, percent-encoded or not, so a link to
+// the task would lead elsewhere) and no invisible character (see Invisible). A function given a
+// name it refuses still serves a task that already has that name. The error wraps
+// ErrInvalidArgument and names field.
 func ValidateNewName(field, s string) error {
 	if err := validateName(field, s); err != nil {
 		return err
 	}
 	if strings.Contains(s, "/") {
 		return fmt.Errorf("%w: %s %q contains '/', which separates application and task in APP/TASK", ErrInvalidArgument, field, s)
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: %s is %q, a path segment that URLs drop (a link to the task would lead elsewhere)", ErrInvalidArgument, field, s)
 	}
 	return refuseInvisible(field, s)
 }
