@@ -215,12 +215,16 @@ var readHeaders = []string{"Authorization", "Content-Type", "X-Forwarded-Proto",
 // checkInput holds every query parameter (its name and values) and the headers the server reads to
 // the characters of names — valid UTF-8, no control character — so that no handler hands the
 // database a string it refuses (a NUL byte or invalid UTF-8 failed a query with a 500), and
-// returns the first at fault.
+// returns the first at fault. The sign-in page's next is the exception: safeNext ignores one
+// that is not a path inside the handler, so a crafted link still leads to the sign-in form.
 func checkInput(r *http.Request) (field string, err error) {
 	query := r.URL.Query()
 	for _, name := range slices.Sorted(maps.Keys(query)) {
 		if err := taskling.ValidateChars("the name of query parameter "+strconv.Quote(name), name); err != nil {
 			return name, err
+		}
+		if name == "next" && r.URL.Path == "/login" {
+			continue
 		}
 		for _, v := range query[name] {
 			if err := taskling.ValidateChars("query parameter "+name, v); err != nil {

@@ -53,6 +53,11 @@ func TestParametersPostgreSQLCannotReadAre400(t *testing.T) {
 		status, body := b.do(t, "GET", path, "", "")
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", path, body)
 	}
+	// The sign-in page ignores a next that is not a path inside the dashboard, as it did.
+	status, body := b.do(t, "GET", "/login?next=%09%2F%2Fevil.example%ff", "", "")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `id="login-form"`)
+	require.NotContains(t, body, "evil.example")
 	for _, h := range []string{"Authorization", "Content-Type", "X-Taskling-Partial"} {
 		status, body := b.doHeaders(t, "GET", "/api/v1/tasks", map[string]string{h: "Bearer \xff"})
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", h, body)
