@@ -60,7 +60,8 @@ const MaxTasksPage = 500
 type TaskFilter struct {
 	// Application keeps only this application's tasks ("" = all).
 	Application string
-	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all).
+	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all). It
+	// holds the characters of a name (ValidateChars), else Tasks fails with ErrInvalidArgument.
 	Search string
 	// Status keeps only the tasks in this state ("" = all but the retired ones).
 	Status TaskStatusFilter
@@ -113,7 +114,7 @@ func decodeTaskCursor(s string, sort TaskSort) (taskCursor, error) {
 		dec.DisallowUnknownFields()
 		err = dec.Decode(&c)
 	}
-	if err != nil || c.ID < 1 {
+	if err != nil || c.ID < 1 || validateTask(c.App, c.Task) != nil {
 		return c, fmt.Errorf("%w: TaskFilter.Cursor %q is not a cursor Tasks returned", ErrInvalidArgument, truncateText(s, 64))
 	}
 	if c.Sort != sort {
@@ -141,6 +142,9 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err
 		if err := validateName("TaskFilter.Application", f.Application); err != nil {
 			return TaskPage{}, err
 		}
+	}
+	if err := ValidateChars("TaskFilter.Search", f.Search); err != nil {
+		return TaskPage{}, err
 	}
 	switch f.Status {
 	case "", TaskBusy, TaskAtLimit, TaskWaiting, TaskIdle, TaskRetired:

@@ -110,8 +110,9 @@ type TaskDetail struct {
 	TaskInfo
 	Slots []Slot
 	// Keys are the task's busiest keys — most cost in use first, then most waiters — and its
-	// named keys (those with a limit or a rate of their own), at most MaxKeysShown; KeysTotal counts them
-	// all.
+	// named keys (those with a limit or a rate of their own, the empty key "" too), at most
+	// MaxKeysShown; KeysTotal counts them all. A task whose starts carry no key and that names
+	// none, with no key limit or key rate, has none.
 	Keys      []KeyInfo
 	KeysTotal int
 	// Retention is how long the task's history is kept and when it was last cleaned.

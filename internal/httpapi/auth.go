@@ -269,6 +269,8 @@ func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, status int
 		next = r.PostFormValue("next")
 	case next == "login":
 		next = r.URL.Query().Get("next")
+	case r.URL.RawQuery != "":
+		next += "?" + r.URL.RawQuery // task?app=A&task=T names its task there
 	}
 	next = safeNext(next)
 	p.Data = loginData{Next: next, Problem: problem}

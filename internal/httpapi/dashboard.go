@@ -30,7 +30,8 @@ type pages struct {
 }
 
 var templateFuncs = template.FuncMap{
-	"pathEscape": url.PathEscape,
+	"taskHref": taskHref,
+	"taskAPI":  taskAPI,
 	"limitText": func(n int) string {
 		if n == -1 {
 			return "unlimited"
@@ -61,6 +62,30 @@ var templateFuncs = template.FuncMap{
 		}
 		return fmt.Sprintf("%d%%", Percent(*done, *total))
 	},
+}
+
+// dotSegment reports whether a name is "." or "..": a path segment that browsers and HTTP clients
+// drop from a URL, percent-encoded or not. New tasks may not be so named (ValidateNewName); one
+// made before is linked with its names in the query.
+func dotSegment(name string) bool { return name == "." || name == ".." }
+
+// taskHref is the link to a task's page, relative to the handler's root: tasks/APP/TASK, or
+// task?app=APP&task=TASK for a name that is a dot segment.
+func taskHref(app, task string) string {
+	if dotSegment(app) || dotSegment(task) {
+		return "task?" + url.Values{"app": {app}, "task": {task}}.Encode()
+	}
+	return "tasks/" + url.PathEscape(app) + "/" + url.PathEscape(task)
+}
+
+// taskAPI is the API route of a task, relative to the handler's root, suffix its rest
+// ("/overrides"): api/v1/tasks/APP/TASK/overrides, or api/v1/task/overrides?app=APP&task=TASK for
+// a name that is a dot segment.
+func taskAPI(app, task, suffix string) string {
+	if dotSegment(app) || dotSegment(task) {
+		return "api/v1/task" + suffix + "?" + url.Values{"app": {app}, "task": {task}}.Encode()
+	}
+	return "api/v1/tasks/" + url.PathEscape(app) + "/" + url.PathEscape(task) + suffix
 }
 
 // clock is how the pages show a time: UTC, to the second.

@@ -12,7 +12,7 @@ import (
 )
 
 // TestKeysOverriddenThroughTheAPI: PUT and DELETE of a key's override (the empty key too, at
-// keys/), key_limit among the overrides, each answered with the task and its keys; bad input names
+// keys?key=), key_limit among the overrides, each answered with the task and its keys; bad input names
 // the field.
 func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 	t.Parallel()
@@ -33,7 +33,7 @@ func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 	require.Equal(t, "declared", task.KeyLimitSource)
 	require.Equal(t, 1, *task.KeyLimit)
 
-	status, body = b.do(t, "PUT", "/api/v1/tasks/app/export/keys/", token, `{"limit": 2}`)
+	status, body = b.do(t, "PUT", "/api/v1/tasks/app/export/keys?key=", token, `{"limit": 2}`)
 	require.Equal(t, http.StatusOK, status, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &task))
 	require.Equal(t, 2, task.KeysTotal, "the empty key is named too")

@@ -118,8 +118,12 @@
   // The key form sets or clears the operator's override of one key's limit and rate.
   var keyForm = document.getElementById("key-form");
   if (keyForm) {
+    // The key goes in the query: in the path, "." and ".." would be dropped by the browser
+    // (keys/. is keys/), and the empty key would be ambiguous.
     var keyURL = function () {
-      return keyForm.dataset.api + encodeURIComponent(document.getElementById("key-input").value);
+      var u = new URL(keyForm.dataset.api, document.baseURI);
+      u.searchParams.set("key", document.getElementById("key-input").value);
+      return u.href;
     };
     var keySaved = function (task) {
       show("key-form-status", "saved: " + task.keys_total + " keys", true);

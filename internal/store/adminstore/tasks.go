@@ -322,7 +322,8 @@ const keyLimitsSQL = `SELECT key_limit, key_overrides, declared_key_limit, decla
 
 // TaskKeys returns a task's busiest keys (most cost in use, then most waiters) and its named
 // keys, each with its limit in force and where it comes from, at most max, and how many there are;
-// none for a task that has no keys (only key "", and no key limit).
+// none for a task that has no keys (only key "", not named by an override or a declaration, and
+// no key limit).
 func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]tasklingtype.KeyInfo, int, error) {
 	var o execution.Overrides
 	var overrides, declared string
@@ -361,8 +362,11 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 	if err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
-	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil && !rates.keyed() {
-		return nil, 0, nil // a task without keys: its holders and waiters are the task's own
+	// A task without keys: its holders and waiters are the task's own. An empty key named by
+	// an override or a declaration is listed, as any named key is.
+	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil && !rates.keyed() &&
+		len(o.KeyLimits) == 0 && len(decl.KeyLimits) == 0 {
+		return nil, 0, nil
 	}
 	out := make([]tasklingtype.KeyInfo, 0, len(byKey))
 	for _, k := range byKey {
