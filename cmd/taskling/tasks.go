@@ -75,9 +75,9 @@ last line gives the --cursor that lists them.
 
 WAITING FOR SLOT counts the starts waiting for a slot (WaitForSlot starts, Work's workers among
 them); SUBMISSIONS QUEUED the submissions waiting to start, which no start counts until a worker
-claims one (its start then waits for a slot and is counted in both). A task marked (internal) is
-the critical section of the task before it in the list: a mutex its executions take one at a
-time (docs/blocks.md).`,
+claims one (its start then waits for a slot and is counted in both). A task marked (internal),
+"APP/TASK [critical section]", is the critical section of APP/TASK: a mutex its executions take
+one at a time, which taskling keeps as a task of its own (docs/blocks.md).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			values := map[string]string{"q": f.q, "app": f.app, "status": f.status, "sort": f.sort, "limit": fmt.Sprint(limit), "cursor": f.cursor}
