@@ -132,7 +132,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	row := text(t, bctx, `table.tasks tbody`)
 	require.Contains(t, row, "billing/export")
 	require.Contains(t, row, "1 / 1")
-	require.Contains(t, row, "1 waiting", "the queue for the slot shows")
+	require.Contains(t, row, "1 waiting for a slot", "the queue for the slot shows")
 	screenshot(t, bctx, "dashboard-tasks.png")
 
 	// The task page's progress bar moves with the auto-refresh.
@@ -149,7 +149,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}
 	require.Greater(t, moved, first, "the progress bar moves without reloading the page")
 	waiting := text(t, bctx, `#waiting`)
-	require.Contains(t, waiting, "1 (the oldest since ", "the task page shows the queue")
+	require.Contains(t, waiting, "1 start (the oldest since ", "the task page shows the queue")
 	stopWaiting() // before the limit is raised, so that the slots counted below are known
 	<-waited
 
@@ -542,7 +542,7 @@ func TestTaskTimelineInARealBrowser(t *testing.T) {
 	require.Equal(t, []string{"denials", "grants", "reclaims"}, got.Series)
 	require.Greater(t, got.Rates, 10)
 	require.Contains(t, got.ChartText, "13 granted")
-	require.Contains(t, got.ChartText, "1 denied")
+	require.Contains(t, got.ChartText, "1 blocked")
 	require.Contains(t, got.ChartText, "1 reclaimed")
 	screenshot(t, bctx, "task-timeline.png")
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
@@ -977,7 +977,152 @@ func TestDotSegmentsInARealBrowser(t *testing.T) {
 	require.Equal(t, [3]any{".", 2, taskling.KeySourceOverride}, [3]any{d.Keys[0].Key, d.Keys[0].Limit, d.Keys[0].LimitSource})
 }
 
-// signIn signs the browser in at the dashboard served at url, which then shows the tasks list.
+// TestTheDashboardLabelsItsCountsInOneVocabulary is issue 40's dashboard items, in a browser whose
+// local time zone is not UTC: the task list and the task page count the starts waiting for a slot
+// and the submissions queued apart, each labelled (item 4: "Waiting: 0" with two submissions
+// queued); the executions table gives the reference, the key, the cost and the reason their own
+// columns and says why ids jump (items 5, 10); a refused start is "blocked" wherever it shows
+// (item 6); a critical section is marked internal (item 7); the task's name and state come before
+// the operator's form, and the auto-refresh keeps them there (item 8); the header's clock is UTC
+// in 24 hours as the tables are (item 9); the summary's slots in use are the table's live
+// holders (item 12); and an execution's page gives its key, its cost and its submission (item 5).
+func TestTheDashboardLabelsItsCountsInOneVocabulary(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	ctx := context.Background()
+	_, client, srv := serveDashboard(t, 1)
+
+	// crm/sync: its slot held under key acme, a start blocked by the limit, two submissions
+	// queued for key globex and no worker.
+	holder, err := client.StartExecution(ctx, "crm", "sync", &taskling.StartOptions{Key: "acme", ReferenceValue: "sync-1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Complete(context.Background()) })
+	_, err = client.StartExecution(ctx, "crm", "sync", &taskling.StartOptions{ReferenceValue: "sync-2"})
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	for range 2 {
+		_, err := client.Submit(ctx, "crm", "sync", &taskling.SubmitOptions{Key: "globex"})
+		require.NoError(t, err)
+	}
+	// crm/import holds its critical section, an internal task of its own.
+	importer, err := client.StartExecution(ctx, "crm", "import", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = importer.Complete(context.Background()) })
+	section, err := importer.CriticalSection(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = section.Release(context.Background()) })
+	// crm/report ran a submission.
+	sub, err := client.Submit(ctx, "crm", "report", nil)
+	require.NoError(t, err)
+	ran := make(chan int64, 1)
+	workCtx, stopWork := context.WithCancel(ctx)
+	worked := make(chan error, 1)
+	go func() {
+		worked <- client.Work(workCtx, "crm", "report", func(_ context.Context, e *taskling.Execution) error {
+			ran <- e.ID()
+			return nil
+		}, nil)
+	}()
+	t.Cleanup(func() { stopWork(); require.NoError(t, <-worked) })
+	attempt := <-ran
+
+	bctx := openBrowser(t, browser, time.Minute, chromedp.Env("TZ=America/Los_Angeles"))
+	signIn(t, bctx, srv.URL)
+	waitText(t, bctx, `[id="task-crm/sync"] .badge.queued`, "2 submissions queued")
+	require.NotContains(t, text(t, bctx, `[id="task-crm/sync"]`), "waiting for a slot", "no start waits for its slot")
+	internal := text(t, bctx, `tr.internal`)
+	require.Contains(t, internal, "crm/import [critical section]")
+	require.Contains(t, internal, "internal: critical section of import")
+	require.NotContains(t, text(t, bctx, `[id="task-crm/import"]`), "internal", "the task itself is not marked")
+
+	// The header's clock, once the auto-refresh ran: UTC, 24 hours, within a minute of now.
+	clock, err := chromedp.Run(bctx, chromedp.Poll[string](`(function () {
+		var m = /^updated (\d\d):(\d\d):(\d\d)Z$/.exec(document.getElementById("refresh-status").textContent);
+		if (!m) { return ""; }
+		var now = new Date(), shown = new Date(now);
+		shown.setUTCHours(+m[1], +m[2], +m[3], 0);
+		var off = Math.abs(now - shown) % 86400000;
+		return Math.min(off, 86400000 - off) < 60000 ? m[0] : "";
+	})()`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the header's clock shows UTC in 24 hours")
+	require.NotEmpty(t, clock)
+	offset, err := chromedp.Run(bctx, chromedp.Evaluate[int](`new Date().getTimezoneOffset()`))
+	require.NoError(t, err)
+	require.NotZero(t, offset, "the browser's local time is not UTC, so a local clock would differ")
+
+	// The task page: the name and the state first, then the form; each count labelled.
+	navigate(t, bctx, srv.URL+"/tasks/crm/sync")
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#limit-form`))))
+	order := func() bool {
+		first, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(function () {
+			var h1 = document.querySelector("h1"), summary = document.querySelector("dl.summary"), form = document.getElementById("limit-form");
+			var before = function (a, b) { return !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING); };
+			return before(h1, summary) && before(summary, form) && before(form, document.getElementById("slots"));
+		})()`))
+		require.NoError(t, err)
+		return first
+	}
+	require.True(t, order(), "the task's name and state come before the operator's form")
+	waitText(t, bctx, `#waiting`, "0 starts")
+	waitText(t, bctx, `#queued`, "2 waiting to start")
+	labels, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`["waiting", "queued"].map(function (id) {
+		return document.getElementById(id).previousElementSibling.textContent; })`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Waiting for a slot", "Submissions queued"}, labels)
+	keys := text(t, bctx, `#keys thead`)
+	require.Contains(t, keys, "Waiting for a slot\tSubmissions queued")
+	waitText(t, bctx, `tr.key-row[data-key="globex"] .key-waiting`, "0")
+	waitText(t, bctx, `tr.key-row[data-key="globex"] .key-queued`, "2")
+	summary := text(t, bctx, `dl.summary`)
+	require.Contains(t, summary, "blocked 1d")
+	require.NotContains(t, summary, "denied")
+	require.Contains(t, text(t, bctx, `#rate-totals`), "1 blocked")
+
+	// The summary's slots in use are the slots table's live holders, and both refresh.
+	sums, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](`(function () {
+		var p = document.querySelector("dl.summary progress.slots");
+		return [p.value, document.querySelectorAll("#slots .status.in_progress").length];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, sums)
+	_, err = client.Submit(ctx, "crm", "sync", &taskling.SubmitOptions{Key: "globex"})
+	require.NoError(t, err)
+	waitText(t, bctx, `#queued`, "3 waiting to start") // by the auto-refresh
+	require.True(t, order(), "the auto-refresh keeps the summary above the form")
+
+	// The executions table: reference, key, cost and reason each in its column; why ids jump.
+	head := text(t, bctx, `#executions thead`)
+	require.Contains(t, head, "Reference\tKey\tCost\tReason / outcome")
+	row := `#execution-` + strconv.FormatInt(holder.ID(), 10)
+	require.Equal(t, "sync-1", text(t, bctx, row+` .reference`))
+	require.Equal(t, "acme", text(t, bctx, row+` .key`))
+	require.Equal(t, "1", text(t, bctx, row+` .cost`))
+	blocked, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`(function () {
+		var r = document.querySelector("#executions tbody tr .status.blocked").closest("tr");
+		return [r.querySelector(".status").textContent, r.querySelector(".reference").textContent, r.querySelector(".outcome").textContent.trim()];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, "blocked", blocked[0])
+	require.Equal(t, "sync-2", blocked[1], "the reference alone: the reason has its own column")
+	require.NotEmpty(t, blocked[2], "the reason")
+	require.Contains(t, text(t, bctx, `#execution-ids`), "ids jump and are not in start order")
+
+	// A critical section's page says whose it is.
+	navigate(t, bctx, srv.URL+"/tasks/crm/"+url.PathEscape("import [critical section]"))
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#internal-task`))))
+	require.Contains(t, text(t, bctx, `#internal-task`), "The critical section of crm/import")
+
+	// The page of the execution that ran the submission: its key, its cost, its submission.
+	navigate(t, bctx, srv.URL+"/executions/"+strconv.FormatInt(attempt, 10))
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#execution-submission`))))
+	require.Equal(t, "#"+strconv.FormatInt(sub, 10)+", attempt 1", text(t, bctx, `#execution-submission`))
+	href, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#execution-submission a").getAttribute("href")`))
+	require.NoError(t, err)
+	require.Equal(t, "../submissions/"+strconv.FormatInt(sub, 10), href)
+	require.Equal(t, "— (no key)", text(t, bctx, `#execution-key`))
+	require.Equal(t, "1", text(t, bctx, `#execution-cost`))
+}
+
+// signIn opens the dashboard at url, signs in with token and waits for the tasks list.
 func signIn(t *testing.T, bctx context.Context, url string) {
 	t.Helper()
 	require.NoError(t, chromedp.Do(bctx,

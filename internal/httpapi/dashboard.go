@@ -144,11 +144,11 @@ func (h *Handler) basePage(r *http.Request, title string) page {
 }
 
 // render writes a page; a request from the auto-refresh (header X-Taskling-Partial) gets only
-// its "content" block.
+// its "summary" and "content" blocks (layout.html's "partial"), not its forms.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	tmpl := "layout.html"
 	if r.Header.Get("X-Taskling-Partial") != "" {
-		tmpl = "content"
+		tmpl = "partial"
 	}
 	var buf bytes.Buffer
 	if err := h.pages.sets[name].ExecuteTemplate(&buf, tmpl, p); err != nil {
@@ -261,8 +261,12 @@ func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
 
 // taskPageData is the task page's data.
 type taskPageData struct {
-	Detail     TaskDetail
-	Executions []Execution
+	// Detail is read in one snapshot: its summary and its slots agree.
+	Detail TaskDetail
+	// ListedSlots counts the slots listed that are not retiring: the limit in force, unless a
+	// changed limit waits for the next start to resize the list.
+	ListedSlots int
+	Executions  []Execution
 	// Submissions: the running ones, the waiting ones in queue order, then the recently
 	// finished ones; MoreWaiting says the queue goes on past the waiting ones shown.
 	Submissions []submissionRow
@@ -330,6 +334,11 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline,
 		Changes: changes.Changes, MoreChanges: changes.NextBefore != nil}
+	for _, sl := range t.Slots {
+		if sl.Status != string(tasklingtype.SlotRetiring) {
+			data.ListedSlots++
+		}
+	}
 	for _, group := range [][]tasklingtype.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})

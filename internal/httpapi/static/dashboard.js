@@ -27,14 +27,21 @@
       })
       .then(function (html) {
         if (pressed || typing()) { return; } // the next interval brings it
-        document.getElementById("content").innerHTML = html;
-        document.getElementById("refresh-status").textContent = "updated " + new Date().toLocaleTimeString();
+        // The page's summary and its content, around the forms (which the refresh leaves alone).
+        var parts = new DOMParser().parseFromString(html, "text/html");
+        [["summary", "summary-part"], ["content", "content-part"]].forEach(function (p) {
+          var into = document.getElementById(p[0]), from = parts.getElementById(p[1]);
+          if (into && from) { into.replaceChildren.apply(into, Array.prototype.slice.call(from.childNodes)); }
+        });
+        document.getElementById("refresh-status").textContent = "updated " + utcClock(new Date());
       })
       .catch(function (e) {
         document.getElementById("refresh-status").textContent = "refresh failed: " + e.message;
       })
       .finally(function () { refreshing = false; });
   }
+  // The time of day as the pages' tables show times: UTC, 24-hour ("15:04:05Z").
+  function utcClock(d) { return d.toISOString().slice(11, 19) + "Z"; }
   // Nor while a field of the content is being filled in, which would lose what was typed.
   function typing() {
     var a = document.activeElement;
