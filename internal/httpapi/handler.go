@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type Options struct {
 	Token           string
 	PrincipalsFile  string
 	AllowedHosts    []string
+	TrustedProxies  []string
 	PublicReads     bool
 	PublicMetrics   bool
 	BasePath        string
@@ -49,6 +51,7 @@ type Handler struct {
 	source   *principals.Source
 	failures failures // refused sign-ins by address
 	hosts    map[string]bool
+	proxies  []netip.Prefix // Options.TrustedProxies
 	log      *zap.Logger
 	mux      *http.ServeMux
 	metrics  http.Handler
@@ -90,6 +93,9 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		h.source = src
 	}
 	if h.hosts, err = allowedHosts(h.opts.AllowedHosts); err != nil {
+		return nil, err
+	}
+	if h.proxies, err = trustedProxies(h.opts.TrustedProxies); err != nil {
 		return nil, err
 	}
 	h.log = h.opts.Logger
