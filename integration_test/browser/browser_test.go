@@ -27,6 +27,7 @@ import (
 	"github.com/taskling-go/taskling/dashboard"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/internal/devtools/testutil"
+	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -1132,4 +1133,86 @@ func signIn(t *testing.T, bctx context.Context, url string) {
 		chromedp.Click(chromedp.CSS(`#login-submit`)),
 		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
 	))
+}
+
+// TestPagesOfAnotherSiteCannotSignInOrOut is issue 40 item 6: a page of another origin that
+// auto-submitted a form to /login signed the victim's Chromium in as the attacker (a top-level
+// navigation may set even a SameSite=Strict cookie), and one posting to /logout signed it out.
+// Both are refused now, from another site (evil.example, resolved to a local attacker server) and
+// from another port of the same host (the same site, another origin).
+func TestPagesOfAnotherSiteCannotSignInOrOut(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: fast})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	file := filepath.Join(t.TempDir(), "principals.toml")
+	mallory, err := principals.Add(file, "mallory", principals.RoleRead)
+	require.NoError(t, err)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, PrincipalsFile: file, RefreshInterval: time.Minute})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	// The attacker's pages: each auto-submits a form to the dashboard.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte(`<!doctype html><title>free prizes</title>
+<form method="post" action="` + srv.URL + r.URL.Path + `"><input type="hidden" name="token" value="` + mallory + `"></form>
+<script>document.forms[0].submit()</script>`))
+	}))
+	t.Cleanup(evil.Close)
+	evilPort := evil.URL[strings.LastIndexByte(evil.URL, ':'):]
+	bctx := openBrowser(t, browser, 2*time.Minute,
+		chromedp.Flag("host-resolver-rules", "MAP evil.example "+strings.TrimPrefix(evil.URL, "http://")))
+	attackers := []string{"http://evil.example" + evilPort, evil.URL}
+
+	// landed waits for the dashboard's page the attack leads to, and says what it shows: the
+	// problem of the sign-in page, or who is signed in.
+	landed := func(attack string) (problem, principal string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(attack)))
+		var state struct{ Problem, Principal string }
+		require.Eventually(t, func() bool {
+			v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.origin === "`+srv.URL+`" && document.readyState === "complete" ?
+				JSON.stringify({Problem: document.getElementById("login-problem")?.textContent ?? "", Principal: document.getElementById("principal")?.textContent ?? ""}) : ""`))
+			return err == nil && v != "" && json.Unmarshal([]byte(v), &state) == nil
+		}, 20*time.Second, 50*time.Millisecond, "%s leads to the dashboard", attack)
+		return state.Problem, state.Principal
+	}
+	signedInAs := func() string {
+		t.Helper()
+		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitReady(chromedp.CSS(`body`))))
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("principal")?.textContent ?? ""`))
+		require.NoError(t, err)
+		return v
+	}
+
+	for _, from := range attackers {
+		problem, principal := landed(from + "/login")
+		require.Empty(t, principal, "from %s", from)
+		require.Empty(t, signedInAs(), "from %s: signed in as the attacker", from)
+		require.Contains(t, problem, "sent by a page of another site", "from %s", from)
+	}
+	var sessions int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskling.api_session`).Scan(&sessions))
+	require.Zero(t, sessions)
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sign-out`)),
+	))
+	require.Equal(t, "token", signedInAs())
+	for _, from := range attackers {
+		problem, _ := landed(from + "/logout")
+		require.Equal(t, "token", signedInAs(), "from %s: signed out", from)
+		require.Contains(t, problem, "you are still signed in", "from %s", from)
+	}
+	// The dashboard's own button still signs out.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#sign-out`)), chromedp.WaitVisible(chromedp.CSS(`#login-form`))))
+	require.Empty(t, signedInAs())
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ type Options struct {
 	Token           string
 	PrincipalsFile  string
 	AllowedHosts    []string
+	TrustedProxies  []string
 	PublicReads     bool
 	PublicMetrics   bool
 	BasePath        string
@@ -52,6 +54,7 @@ type Handler struct {
 	source   *principals.Source
 	failures failures // refused sign-ins by address
 	hosts    map[string]bool
+	proxies  []netip.Prefix // Options.TrustedProxies
 	log      *zap.Logger
 	mux      *http.ServeMux
 	metrics  http.Handler
@@ -94,6 +97,9 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		h.source = src
 	}
 	if h.hosts, err = allowedHosts(h.opts.AllowedHosts); err != nil {
+		return nil, err
+	}
+	if h.proxies, err = trustedProxies(h.opts.TrustedProxies); err != nil {
 		return nil, err
 	}
 	h.log = h.opts.Logger
