@@ -1,6 +1,7 @@
 package taskling_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -24,11 +25,11 @@ import (
 // TestFairnessHelperProcess with this variable set.
 const fairHelperDBEnv = "TASKLING_FAIR_HELPER_DB"
 
-var fairSettings = taskling.TaskSettings{ConcurrencyLimit: 2, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: time.Second}
+var fairSettings = taskling.TaskSettings{ConcurrencyLimit: 2, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: 10 * time.Second}
 
 // TestFairnessHelperProcess is one process of TestFairnessChaosAcrossProcesses: one goroutine
-// that always wants a slot of fair/task (WaitForSlot, hold 5 ms, complete) until stdin closes;
-// then it prints its number of grants.
+// that, from the parent's "go" on stdin, always wants a slot of fair/task (WaitForSlot, hold 5 ms,
+// complete) until stdin closes; then it prints its number of grants.
 func TestFairnessHelperProcess(t *testing.T) {
 	url := os.Getenv(fairHelperDBEnv)
 	if url == "" {
@@ -43,6 +44,14 @@ func TestFairnessHelperProcess(t *testing.T) {
 	client, err := taskling.NewClient(pool, &taskling.Config{Defaults: fairSettings})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	// All processes start wanting slots on the parent's "go", so that none runs alone while the
+	// others start (a loaded machine started one seconds before the rest, and its share was 39 %).
+	in := bufio.NewReader(os.Stdin)
+	fmt.Println("ready")
+	if line, err := in.ReadString('\n'); err != nil || strings.TrimSpace(line) != "go" {
+		fmt.Fprintln(os.Stderr, "no go:", line, err)
 		os.Exit(2)
 	}
 	var grants atomic.Int64
@@ -65,8 +74,7 @@ func TestFairnessHelperProcess(t *testing.T) {
 			}
 		}
 	}()
-	fmt.Println("ready")
-	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	_, _ = io.Copy(io.Discard, in) // until the parent closes it
 	n := grants.Load()
 	cancel()
 	<-done
@@ -97,6 +105,10 @@ func TestFairnessChaosAcrossProcesses(t *testing.T) {
 	for _, p := range procs {
 		require.Eventually(t, func() bool { return strings.Contains(p.output(), "ready") },
 			30*time.Second, 20*time.Millisecond, "%s did not start: %s", p.name, p.output())
+	}
+	for _, p := range procs {
+		_, err := io.WriteString(p.stdin, "go\n")
+		require.NoError(t, err)
 	}
 	time.Sleep(run)
 	for _, p := range procs {

@@ -104,9 +104,13 @@ func TestKeyedWaitersTakeTurnsAcrossKeys(t *testing.T) {
 
 func TestKeyedStartUnderAHeavyKeyDoesNotIdleTheTask(t *testing.T) {
 	t.Parallel()
-	b := setup(t, withKeys(3, 1, nil))
+	cfg := withKeys(3, 1, nil)
+	cfg.Defaults.KeepAliveDeathThreshold = 20 * time.Second // a's holder must outlive the wait, on a loaded machine too
+	b := setup(t, cfg)
 	b.start(t, &taskling.StartOptions{Key: "a"})
-	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	// Long enough for a loaded machine to finish the first try: a wait that ends before any
+	// decision cannot say whose limit held it (it is ErrLimitReached alone).
+	ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
 	defer cancel()
 	_, err := b.client.StartExecution(ctx, b.app, b.task, &taskling.StartOptions{Key: "a", WaitForSlot: true})
 	require.ErrorIs(t, err, taskling.ErrKeyLimitReached, "a waits for its key")

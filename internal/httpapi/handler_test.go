@@ -38,7 +38,9 @@ type testBundle struct {
 	server *httptest.Server
 }
 
-var fast = taskling.TaskSettings{KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}
+// fast heartbeats often, and a holder lives 20 s without one: these tests count holders as live, and a
+// 1 s threshold let a loaded machine declare one dead mid-test (tests of dead holders use their own).
+var fast = taskling.TaskSettings{KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: 20 * time.Second}
 
 func setup(t *testing.T, limit int, opts *httpapi.Options) *testBundle {
 	t.Helper()

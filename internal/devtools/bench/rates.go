@@ -80,21 +80,30 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// rateWindows reads the grant times (started_at) and costs of app/task's executions and returns
-// the most units granted in a half-open window of rate.Per, and the grants that took a window
-// over Count + Burst − 1: for each grant, the units of the window that ends with it (those
-// granted less than Per before it, and it).
+// rateWindows reads the grant times (started_at) and costs of app/task's executions and judges
+// them with windowsOver.
 func rateWindows(ctx context.Context, client *taskling.Client, app, task string, rate taskling.Rate) (maxUnits, over int64, err error) {
-	type grant struct {
-		at   time.Time
-		cost int64
-	}
 	var gs []grant
 	if err := eachGrant(ctx, client, app, task, func(e taskling.ExecutionInfo) {
 		gs = append(gs, grant{e.StartedAt, int64(max(1, e.Cost))})
 	}); err != nil {
 		return 0, 0, err
 	}
+	maxUnits, over = windowsOver(gs, rate)
+	return maxUnits, over, nil
+}
+
+// grant is a grant's time and cost, as the rate check reads it.
+type grant struct {
+	at   time.Time
+	cost int64
+}
+
+// windowsOver returns the most units granted in a half-open window of rate.Per, and the grants
+// that took a window over Count + Burst − 1: for each grant, the units of the window that ends
+// with it (those granted less than Per before it, and it).
+func windowsOver(gs []grant, rate taskling.Rate) (maxUnits, over int64) {
+	gs = slices.Clone(gs)
 	slices.SortFunc(gs, func(a, b grant) int { return a.at.Compare(b.at) })
 	bound := int64(rate.Count + max(rate.Burst, 1) - 1)
 	units, i := int64(0), 0
@@ -109,5 +118,5 @@ func rateWindows(ctx context.Context, client *taskling.Client, app, task string,
 			over++
 		}
 	}
-	return maxUnits, over, nil
+	return maxUnits, over
 }

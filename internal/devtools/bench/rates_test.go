@@ -44,16 +44,18 @@ func TestRateScenarios(t *testing.T) {
 	}
 }
 
-// TestRateWindowsFindGrantsOverTheRate: the rate scenarios' check can fail. The client declares
-// 200/s burst 2 while the check judges by 100/s: windows of 100 ms hold more than 10 units.
+// TestRateWindowsFindGrantsOverTheRate: the rate scenarios' check can fail on a real run. The
+// client declares 200/s burst 2 while the check judges by 10/s (1 per 100 ms): even a loaded
+// machine, where 8 goroutines get a few grants per 100 ms, puts two in some window (the
+// window arithmetic itself: TestWindowsOverFindsGrantsOverTheRate).
 func TestRateWindowsFindGrantsOverTheRate(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := pgtest.NewDB(t)
 	declared := taskling.Rate{Count: 20, Per: 100 * time.Millisecond, Burst: 2}
 	res, err := bench.RatedStarts(ctx, newClient(t, pool, taskling.IsolationReadCommitted, bench.RateSettings(10, declared)), "bench", 8,
-		taskling.Rate{Count: 10, Per: 100 * time.Millisecond}, short)
+		taskling.Rate{Count: 1, Per: 100 * time.Millisecond}, short)
 	require.NoError(t, err)
 	t.Logf("%d grants in %s, most units in a window %d, grants over %d", res.Cycles, res.Elapsed, res.MaxWindow, res.Violations)
 	require.Positive(t, res.Violations)
-	require.Greater(t, res.MaxWindow, int64(10))
+	require.Greater(t, res.MaxWindow, int64(1))
 }
