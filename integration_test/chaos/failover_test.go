@@ -184,7 +184,7 @@ func openRun(t *testing.T, ctx context.Context, adminURL, db string, spec worker
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nem.Close() })
 	return &run{t: t, prof: prof, spec: spec, pool: pool, nem: nem, counts: map[string]int{}, kills: map[string]time.Time{},
-		killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		killSignal: map[string]time.Time{}}
 }
 
 func closePair(t *testing.T, p *pgcluster.Pair) {

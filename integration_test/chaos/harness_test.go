@@ -376,6 +376,15 @@ func watchQueues(ctx context.Context, pool *pgxpool.Pool, app string, w *ledger.
 
 // readGrants reads every execution of app granted a slot, with its end.
 func readGrants(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) []checker.Grant {
+	grants, err := queryGrants(ctx, pool, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grants
+}
+
+// queryGrants is readGrants, returning its error.
+func queryGrants(ctx context.Context, pool *pgxpool.Pool, app string) ([]checker.Grant, error) {
 	rows, err := pool.Query(ctx, `
 SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
        CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
@@ -386,7 +395,7 @@ LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
 WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []checker.Grant
@@ -395,7 +404,7 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 		var completed, reclaimed *time.Time
 		if err := rows.Scan(&g.Exec, &g.Task, &g.Host, &g.Fence, &g.GrantedAt, &completed, &reclaimed, &g.LastKeepAlive, &g.Threshold,
 			&g.Failed, &g.Session, &g.Priority, &g.Key, &g.Cost); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if completed != nil {
 			g.CompletedAt = *completed
@@ -405,10 +414,7 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 		}
 		out = append(out, g)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, rows.Err()
 }
 
 // ledgerHistory is what the ledgers of a run say.
