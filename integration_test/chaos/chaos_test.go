@@ -257,8 +257,8 @@ type run struct {
 	procs       []*proc
 	incarnation int
 	counts      map[string]int
-	kills       map[string]time.Time // host → dead (after wait)
-	killSignal  map[string]time.Time // host → SIGKILL sent, or SIGSTOP before it (kill)
+	kills       map[string]time.Time // host → dead (after wait), or stopped before its kill (killHolder)
+	killSignal  map[string]time.Time // host → SIGKILL sent, or SIGSTOP before it (killHolder)
 	caught      map[string]caughtKill
 	lastEnd     time.Time // end of the last process or server fault, a kill's at its reclaim (ledger time)
 	quietUntil  time.Time // no fault before this, after an isolated kill (ledger time)
@@ -466,8 +466,14 @@ func (r *run) killHolder(isolated bool, catchFor time.Duration) bool {
 	signal(p, syscall.SIGKILL)
 	<-p.done
 	dead := r.nem.Now()
+	// A caught holder acted last when it stopped (the checker judges its holds up to then); the
+	// SIGKILL and its death come after, by as long as the check that it held took.
+	gone := dead
+	if exec != 0 {
+		gone = stopped
+	}
 	r.mu.Lock()
-	r.kills[p.host], r.killSignal[p.host] = dead, stopped
+	r.kills[p.host], r.killSignal[p.host] = gone, stopped
 	if exec != 0 {
 		if r.caught == nil {
 			r.caught = map[string]caughtKill{}
