@@ -376,15 +376,15 @@ func watchQueues(ctx context.Context, pool *pgxpool.Pool, app string, w *ledger.
 
 // readGrants reads every execution of app granted a slot, with its end.
 func readGrants(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) []checker.Grant {
-	grants, err := queryGrants(ctx, pool, app)
+	grants, err := queryGrants(ctx, pool, app, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return grants
 }
 
-// queryGrants is readGrants, returning its error.
-func queryGrants(ctx context.Context, pool *pgxpool.Pool, app string) ([]checker.Grant, error) {
+// queryGrants is readGrants, returning its error, of the executions execs only unless nil.
+func queryGrants(ctx context.Context, pool *pgxpool.Pool, app string, execs []int64) ([]checker.Grant, error) {
 	rows, err := pool.Query(ctx, `
 SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
        CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
@@ -393,7 +393,7 @@ SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
 FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
-WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
+WHERE d.application_name = $1 AND e.token_id IS NOT NULL AND ($2::bigint[] IS NULL OR e.id = ANY ($2))`, app, execs)
 	if err != nil {
 		return nil, err
 	}

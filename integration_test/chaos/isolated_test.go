@@ -97,13 +97,19 @@ func (r *run) topUpIsolatedKills(bound time.Time) {
 }
 
 // measuredByLevel is the number of isolated kills with a measured reclaim latency at each level,
-// from the grants as they stand (read again for up to a minute while the server recovers from a
+// from their grants as they stand (read again for up to a minute while the server recovers from a
 // restart).
 func (r *run) measuredByLevel() map[string]int {
+	r.mu.Lock()
+	execs := []int64{}
+	for _, k := range r.caught {
+		execs = append(execs, k.exec)
+	}
+	r.mu.Unlock()
 	var grants []checker.Grant
 	for giveUp := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		g, err := queryGrants(ctx, r.pool, app)
+		g, err := queryGrants(ctx, r.pool, app, execs)
 		cancel()
 		if err == nil {
 			grants = g
