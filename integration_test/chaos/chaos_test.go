@@ -260,8 +260,10 @@ type run struct {
 	kills       map[string]time.Time // host → dead (after wait), or stopped before its kill (killHolder)
 	killSignal  map[string]time.Time // host → SIGKILL sent, or SIGSTOP before it (killHolder)
 	caught      map[string]caughtKill
-	lastEnd     time.Time // end of the last process or server fault, a kill's at its reclaim (ledger time)
-	quietUntil  time.Time // no fault before this, after an isolated kill (ledger time)
+	tail        *ledgerTail                 // the workers' ledgers, read by readHolds
+	holds       map[string]map[int64]string // host → executions open in its ledger → task
+	lastEnd     time.Time                   // end of the last process or server fault, a kill's at its reclaim (ledger time)
+	quietUntil  time.Time                   // no fault before this, after an isolated kill (ledger time)
 	isolated    isolatedTally
 	outages     []checker.Window
 	pauses      []checker.Window
@@ -310,7 +312,8 @@ func (r *run) nemesis(until time.Time) {
 	}
 }
 
-// holderProc picks a live process that holds a slot of task right now, else any live process.
+// holderProc picks a live process that holds a slot of task right now (holderOf), else any live
+// process.
 func (r *run) holderProc(task string) *proc {
 	if p := r.holderOf(task); p != nil {
 		return p
@@ -329,40 +332,63 @@ func (r *run) holderProc(task string) *proc {
 	return live[rand.IntN(len(live))]
 }
 
-// holderOf picks a live process that holds a slot of task right now (nil if none does).
+// holderOf picks a live process whose ledger shows it holding a slot of task right now (nil if
+// none does).
 func (r *run) holderOf(task string) *proc {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	rows, err := r.pool.Query(ctx, `
-SELECT e.host_name FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
-WHERE d.application_name = $1 AND d.task_name = $2 AND e.token_id IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)
-ORDER BY e.id DESC`, app, task)
-	hosts := map[string]bool{}
-	if err == nil {
-		for rows.Next() {
-			var h string
-			if rows.Scan(&h) == nil {
-				hosts[h] = true
-			}
-		}
-		rows.Close()
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.readHolds()
+	var holders []*proc
 	for _, p := range r.procs {
-		if p.alive() && hosts[p.host] {
-			return p
+		if p.alive() && r.openOn(p.host, task) != 0 {
+			holders = append(holders, p)
 		}
 	}
-	return nil
+	if len(holders) == 0 {
+		return nil
+	}
+	return holders[rand.IntN(len(holders))]
+}
+
+// readHolds brings r.holds up to date with the ledgers: each host's executions whose grant its
+// ledger recorded and whose stop it has not, with their tasks. A worker records a grant once its
+// start returned and a stop before it completes, so an execution open there holds its slot in
+// the database (unless reclaimed, its holder cut off). The caller holds r.mu.
+func (r *run) readHolds() {
+	if r.tail == nil {
+		r.tail, r.holds = newLedgerTail(r.spec.dir), map[string]map[int64]string{}
+	}
+	for _, e := range r.tail.next() {
+		switch e.Kind {
+		case ledger.KindGrant:
+			if r.holds[e.Host] == nil {
+				r.holds[e.Host] = map[int64]string{}
+			}
+			r.holds[e.Host][e.Exec] = e.Task
+		case ledger.KindStop:
+			delete(r.holds[e.Host], e.Exec)
+		}
+	}
+}
+
+// openOn is host's latest execution open on task, as of the last readHolds (0 if none). The
+// caller holds r.mu.
+func (r *run) openOn(host, task string) int64 {
+	var exec int64
+	for id, t := range r.holds[host] {
+		if t == task && id > exec {
+			exec = id
+		}
+	}
+	return exec
 }
 
 // stopHolder SIGSTOPs a live process that holds a slot of task at the moment it stops, and
 // returns it, its execution that holds the slot, when it stopped (nil if no try caught one
 // within), and the tries made. Holds last tens of milliseconds, so a holder picked a moment ago
-// may hold nothing by the time the signal lands: it is resumed (stopped for milliseconds, far
-// below its lease) and another try made.
+// may hold nothing by the time the signal lands: it is resumed and another try made. Its ledger
+// says whether it holds, so that a process is stopped for no longer than it takes to read it: a
+// stopped process keeps its locks in the database, and the others wait for them.
 func (r *run) stopHolder(task string, within time.Duration) (p *proc, exec int64, at time.Time, tries int) {
 	for deadline := time.Now().Add(within); tries == 0 || time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		tries++
@@ -372,28 +398,16 @@ func (r *run) stopHolder(task string, within time.Duration) (p *proc, exec int64
 		signal(p, syscall.SIGSTOP)
 		waitStopped(p.pid())
 		at = r.nem.Now()
-		if exec = r.heldBy(p.host, task); exec != 0 {
+		r.mu.Lock()
+		r.readHolds()
+		exec = r.openOn(p.host, task)
+		r.mu.Unlock()
+		if exec != 0 {
 			return p, exec, at, tries
 		}
 		signal(p, syscall.SIGCONT)
 	}
 	return nil, 0, time.Time{}, tries
-}
-
-// heldBy is host's execution that holds a slot of task (0 if none).
-func (r *run) heldBy(host, task string) int64 {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var exec int64
-	err := r.pool.QueryRow(ctx, `
-SELECT e.id FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
-WHERE d.application_name = $1 AND d.task_name = $2 AND e.host_name = $3 AND e.token_id IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)
-ORDER BY e.id DESC LIMIT 1`, app, task, host).Scan(&exec)
-	if err != nil {
-		return 0
-	}
-	return exec
 }
 
 func (r *run) replace(p *proc) {

@@ -3,8 +3,10 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -259,6 +261,48 @@ func (r *run) killProc(p *proc, note string) time.Time {
 	_ = r.nem.Write(ledger.Event{Kind: ledger.KindFault, Fault: fKill, Host: p.host, At: sent, End: dead, Note: note})
 	r.count(fKill)
 	return sent
+}
+
+// ledgerTail reads what the ledgers of a directory gained since its last call.
+type ledgerTail struct {
+	dir  string
+	read map[string]int64 // file → bytes consumed (whole lines)
+}
+
+func newLedgerTail(dir string) *ledgerTail { return &ledgerTail{dir: dir, read: map[string]int64{}} }
+
+func (l *ledgerTail) skip() { l.next() }
+
+// next reads each file from where the last call stopped: a line is written by one write(2), and
+// a torn last one (its writer killed mid-write) is read again next time.
+func (l *ledgerTail) next() []ledger.Event {
+	paths, _ := filepath.Glob(filepath.Join(l.dir, "*.jsonl"))
+	var out []ledger.Event
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.NewSectionReader(f, l.read[p], 1<<40))
+		f.Close()
+		end := 0
+		for i, c := range b {
+			if c != '\n' {
+				continue
+			}
+			if e, ok := parseEvent(b[end:i]); ok {
+				out = append(out, e)
+			}
+			end = i + 1
+		}
+		l.read[p] += int64(end)
+	}
+	return out
+}
+
+func parseEvent(line []byte) (ledger.Event, bool) {
+	var e ledger.Event
+	return e, json.Unmarshal(line, &e) == nil
 }
 
 // waitStopped waits until the kernel shows pid stopped (state T) after a SIGSTOP.
