@@ -85,14 +85,15 @@ type profile struct {
 }
 
 // The long profile's isolated kills, by the arithmetic: an isolated kill takes the threshold
-// + 1 s of quiet before it (3 s), the catch of a singleton holder (tenths of a second), and its
-// reclaim (the threshold, 2 s): about 5.5 s, at most 3 + 5 + 5 = 13 s (the catch gives up after
-// isolatedCatchFor, the wait for the reclaim after the threshold + 3 s). A round of the long
-// profile, 3 isolated kills and 8 mixed faults, takes about 45 s, so the 2 × 15 are made in the
-// first 10 rounds of the 9 minutes (the levels alternate). Were the rounds twice as slow, they
-// would make 18 of them and leave 12 for after the rounds, about 70 s; the 4 minutes reserved
-// hold 18 even at the longest (13 s each), or all 30 at 8 s. A run that ends short had most of
-// its catches fail or its reclaims stall past the wait, which its log shows.
+// + 1 s of quiet before it (3 s, within which the workers are normally back at work), the catch
+// of a singleton holder (tenths of a second) and its reclaim (the threshold, 2 s): about 5.5 s.
+// A round of the long profile, 3 isolated kills and 8 mixed faults, takes about 45 s, so the
+// 2 × 15 are made in the first 10 rounds of the 9 minutes (the levels alternate). Were the rounds
+// twice as slow, they would make 18 of them and leave 12 for after the rounds, about 70 s; the 4
+// minutes reserved hold all 30 at 8 s each. A kill takes longer only when the workers are slow to
+// come back after a fault (up to isolatedRecoveryFor), no holder is caught (isolatedCatchFor) or
+// its slot is not reclaimed within the threshold + 3 s: a run that ends short had many of those,
+// and its log names each.
 const longIsolatedPerLevel, longIsolatedPerRound, longIsolatedBudget = 15, 3, 4 * time.Minute
 
 func chosenProfile() profile {
@@ -262,6 +263,7 @@ type run struct {
 	caught      map[string]caughtKill
 	tail        *ledgerTail                 // the workers' ledgers, read by readHolds
 	holds       map[string]map[int64]string // host → executions open in its ledger → task
+	granted     map[string]time.Time        // host → its ledger's latest grant (DB clock)
 	lastEnd     time.Time                   // end of the last process or server fault, a kill's at its reclaim (ledger time)
 	quietUntil  time.Time                   // no fault before this, after an isolated kill (ledger time)
 	isolated    isolatedTally
@@ -351,12 +353,12 @@ func (r *run) holderOf(task string) *proc {
 }
 
 // readHolds brings r.holds up to date with the ledgers: each host's executions whose grant its
-// ledger recorded and whose stop it has not, with their tasks. A worker records a grant once its
+// ledger recorded and whose stop it has not, with their tasks (and r.granted: its latest grant). A worker records a grant once its
 // start returned and a stop before it completes, so an execution open there holds its slot in
 // the database (unless reclaimed, its holder cut off). The caller holds r.mu.
 func (r *run) readHolds() {
 	if r.tail == nil {
-		r.tail, r.holds = newLedgerTail(r.spec.dir), map[string]map[int64]string{}
+		r.tail, r.holds, r.granted = newLedgerTail(r.spec.dir), map[string]map[int64]string{}, map[string]time.Time{}
 	}
 	for _, e := range r.tail.next() {
 		switch e.Kind {
@@ -365,6 +367,7 @@ func (r *run) readHolds() {
 				r.holds[e.Host] = map[int64]string{}
 			}
 			r.holds[e.Host][e.Exec] = e.Task
+			r.granted[e.Host] = later(r.granted[e.Host], e.At)
 		case ledger.KindStop:
 			delete(r.holds[e.Host], e.Exec)
 		}

@@ -182,7 +182,7 @@ type levelFigures struct {
 	grants, all     int            // within the rounds, and in the whole run
 	kills           int            // kill -9 made while the level was in force
 	isolated        int            // of them, isolated kills
-	latencies       []time.Duration
+	measured        []measuredKill // by latency
 	grantsPerSecond float64
 }
 
@@ -213,7 +213,7 @@ func (r *run) levelFiguresOf(h checker.History) (figs map[string]*levelFigures, 
 	figs = map[string]*levelFigures{}
 	for _, lvl := range levelNames {
 		f := &levelFigures{byTask: map[string]int{}, inForce: r.lv.inForce(lvl, rounds[0], rounds[1])}
-		f.latencies = r.killLatencies(h.Grants, lvl)
+		f.measured = r.measuredKills(h.Grants, lvl)
 		r.mu.Lock()
 		f.isolated = r.isolated.made[lvl]
 		r.mu.Unlock()
@@ -279,15 +279,15 @@ func (r *run) printLevels(b *strings.Builder, h checker.History) {
 		r.mu.Lock()
 		t := r.isolated
 		r.mu.Unlock()
-		fmt.Fprintf(b, "  %-34s %d tries in all, %d at most; %d isolated kills given up (no holder caught)\n",
-			"catching a singleton holder", t.tries, t.mostTries, t.uncaught)
+		fmt.Fprintf(b, "  %-34s %d tries in all, %d at most; isolated kills given up: %d no holder caught, %d workers not back\n",
+			"catching a singleton holder", t.tries, t.mostTries, t.uncaught, t.notBack)
 	}
 	what := "kill -9 → reclaim, "
 	if r.prof.isolatedPerLevel > 0 {
 		what = "isolated kill → reclaim, "
 	}
 	for _, lvl := range levelNames {
-		lat := figs[lvl].latencies
+		lat := latenciesOf(figs[lvl].measured)
 		if len(lat) == 0 {
 			fmt.Fprintf(b, "  %-34s none measured\n", what+lvl)
 		} else {
@@ -295,7 +295,7 @@ func (r *run) printLevels(b *strings.Builder, h checker.History) {
 			fmt.Fprintf(b, "  %-34s p50 %s, p99 %s, max %s (n=%d; goal ≤ %s: %v)\n", what+lvl,
 				lat[len(lat)/2].Round(time.Millisecond), p99.Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), len(lat), goal, p99 <= goal)
 		}
-		r.judgeIsolatedKills(lvl, lat, goal)
+		r.judgeIsolatedKills(lvl, figs[lvl].measured, goal)
 	}
 	rc, ser := figs[levelNames[0]].grantsPerSecond, figs[levelNames[1]].grantsPerSecond
 	ratio := 0.0
