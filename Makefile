@@ -55,7 +55,8 @@ chaos:
 	TASKLING_CHAOS=long $(GO) test -count=1 -run TestPatroniHarness -timeout 10m -v ./internal/devtools/pgcluster/
 	cd integration_test && TASKLING_CHAOS=long $(GO) test -count=1 -run ChaosPatroni -timeout 40m -v ./chaos/
 
-## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL).
+## pg-start, pg-stop, pg-status: the private cluster by hand (pg-start prints its URL, pg-stop
+## whether it stopped one).
 pg-start:
 	@$(GO) run ./internal/devtools/cmd/devdb start
 

@@ -58,12 +58,25 @@
 //     knows the session, and signing out on one ends it on all), for 12 hours. It is HttpOnly,
 //     SameSite=Strict, scoped to Options.BasePath and Secure behind TLS. A change made with it
 //     must also carry the X-Taskling-Request header, which the dashboard's own script sends and
-//     a cross-site form cannot;
-//   - refused sign-ins (a wrong token on the form, or as a bearer token) are logged with the
-//     client's address, never the token; after 10 from one address within a minute, that
-//     address gets 429 for 60 s (counted in each handler's memory);
+//     a cross-site form cannot. A principal keeps at most taskling.MaxAPISessionsPerPrincipal
+//     (20) sessions: a sign-in past them ends its oldest;
+//   - POST /login, POST /logout and every change made with the session cookie are refused (403)
+//     when the browser says they come from a page of another site: a Sec-Fetch-Site header other
+//     than same-origin or none, or an Origin header naming a host not in Options.AllowedHosts
+//     (ports ignored) or, with no such list, other than the request's Host (port included).
+//     Clients that send neither header, such as scripts with a bearer token, pass;
+//   - a right token always passes; refused ones (a wrong token on the form, or as a bearer
+//     token) are logged with the client's address, never the token, and counted in each
+//     handler's memory: after 10 from one address within a minute (an IPv6 address counted by
+//     its /64), that address's wrong tokens get 429 for 60 s, renewed while it keeps failing,
+//     and after 1000 from all addresses within a minute, every wrong token does until the last
+//     minute's fall below that. The address is the connection's, or behind
+//     Options.TrustedProxies the client X-Forwarded-For names;
 //   - with Options.AllowedHosts, a request naming another host gets 421, whatever its
 //     credentials.
+//
+// The handler sends no Strict-Transport-Security header: that is the serving program's to
+// decide, for its whole host (`taskling serve --tls-cert` sends max-age=31536000).
 //
 // A change with a body needs Content-Type: application/json; a body with anything after its
 // JSON object is refused. A submission's body, {"header", "reference_value", "priority",
@@ -102,6 +115,13 @@ type Options struct {
 	// ports ignored; another gets 421 Misdirected Request, whatever its credentials. nil (or
 	// "*" among them) allows any: the server it is mounted in decides.
 	AllowedHosts []string
+	// TrustedProxies are the proxies in front of the handler, as CIDR ranges ("10.0.0.0/8",
+	// "fd00::/8") or single addresses. A request from one of them is counted as from the client
+	// its X-Forwarded-For names: read right to left (every header line, each a comma-separated
+	// list), the first address not in these ranges; a malformed entry stops the walk at the last
+	// trusted hop, and when every entry is trusted the leftmost is taken. nil: the connection's
+	// peer is the client, and X-Forwarded-For is ignored.
+	TrustedProxies []string
 	// PublicReads serves reads (the API, the pages, /metrics) without the token; changes still
 	// need it.
 	PublicReads bool
@@ -134,7 +154,8 @@ func NewHandler(client *taskling.Client, opts *Options) (http.Handler, error) {
 		opts = &Options{}
 	}
 	return httpapi.New(client, &httpapi.Options{
-		Token: opts.Token, PrincipalsFile: opts.PrincipalsFile, AllowedHosts: opts.AllowedHosts, PublicReads: opts.PublicReads, PublicMetrics: opts.PublicMetrics, BasePath: opts.BasePath,
+		Token: opts.Token, PrincipalsFile: opts.PrincipalsFile, AllowedHosts: opts.AllowedHosts, TrustedProxies: opts.TrustedProxies,
+		PublicReads: opts.PublicReads, PublicMetrics: opts.PublicMetrics, BasePath: opts.BasePath,
 		Logger: opts.Logger, RefreshInterval: opts.RefreshInterval, RequestTimeout: opts.RequestTimeout,
 	})
 }

@@ -18,8 +18,15 @@ type APISessions struct{ c *Client }
 // APISessions returns the client's sign-in sessions.
 func (c *Client) APISessions() APISessions { return APISessions{c: c} }
 
+// MaxAPISessionsPerPrincipal is how many live sessions a principal keeps: a sign-in past it ends
+// the principal's oldest session (a browser that signs in again adds a session, and the table
+// stays bounded).
+const MaxAPISessionsPerPrincipal = 20
+
 // Start stores a new session of principal lasting ttl (on the database clock), and returns its
-// id: 32 random bytes, base64url, for a cookie. Expired sessions are deleted meanwhile.
+// id: 32 random bytes, base64url, for a cookie. The principal's oldest live sessions past
+// MaxAPISessionsPerPrincipal end, concurrent starts included; expired sessions are deleted
+// meanwhile.
 func (s APISessions) Start(ctx context.Context, principal, credential string, ttl time.Duration) (string, error) {
 	if err := validateName("principal", principal); err != nil {
 		return "", err
@@ -30,7 +37,7 @@ func (s APISessions) Start(ctx context.Context, principal, credential string, tt
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
-	if err := s.c.admin.StartAPISession(ctx, sessionHash(id), principal, credential, ttl); err != nil {
+	if err := s.c.admin.StartAPISession(ctx, sessionHash(id), principal, credential, ttl, MaxAPISessionsPerPrincipal); err != nil {
 		return "", err
 	}
 	return id, nil

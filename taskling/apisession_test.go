@@ -1,9 +1,11 @@
 package taskling_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/taskling"
@@ -49,4 +51,44 @@ func TestAPISessionsStartEndAndExpire(t *testing.T) {
 	_, err = s.Start(b.ctx, "alice", "c", time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.api_session`), "the expired ones are deleted by a start")
+}
+
+// TestAPISessionsKeepAtMostTheCapPerPrincipal is issue 40 item 9: a start past
+// MaxAPISessionsPerPrincipal ends the principal's oldest live sessions, also when many start at
+// once.
+func TestAPISessionsKeepAtMostTheCapPerPrincipal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	s := b.client.APISessions()
+	const n = 3 * taskling.MaxAPISessionsPerPrincipal
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			id, err := s.Start(b.ctx, "alice", "c1", time.Hour)
+			assert.NoError(t, err)
+			ids[i] = id
+		})
+	}
+	wg.Wait()
+	require.Equal(t, taskling.MaxAPISessionsPerPrincipal, b.count(t, `SELECT count(*) FROM taskling.api_session WHERE principal = 'alice'`))
+	bob, err := s.Start(b.ctx, "bob", "c2", time.Hour)
+	require.NoError(t, err)
+
+	// One more start of alice ends her oldest; bob's stays.
+	var oldest string
+	for _, id := range ids {
+		if _, err := s.Get(b.ctx, id); err == nil {
+			oldest = id
+			break
+		}
+	}
+	b.exec(t, `UPDATE taskling.api_session SET created_at = now() - interval '1 hour' WHERE id_sha256 = sha256($1::bytea)`, []byte(oldest))
+	_, err = s.Start(b.ctx, "alice", "c1", time.Hour)
+	require.NoError(t, err)
+	_, err = s.Get(b.ctx, oldest)
+	require.ErrorIs(t, err, taskling.ErrNotFound, "the oldest ended")
+	require.Equal(t, taskling.MaxAPISessionsPerPrincipal, b.count(t, `SELECT count(*) FROM taskling.api_session WHERE principal = 'alice'`))
+	_, err = s.Get(b.ctx, bob)
+	require.NoError(t, err)
 }

@@ -270,8 +270,8 @@ func (e *Execution) DateBlocks(ctx context.Context, r DateRange, opts *BlockOpti
 }
 
 // ObjectBlocks gets object blocks (see BlockOptions for which): each new one holds one of values,
-// encoded as JSON (at most MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header
-// says; a refused one is named values[i]).
+// encoded as JSON (at most MaxBlockValueLength bytes, nesting at most MaxJSONDepth levels,
+// storable by jsonb as StartOptions.Header says; a refused one is named values[i]).
 func (e *Execution) ObjectBlocks(ctx context.Context, values []any, opts *BlockOptions) ([]*Block, error) {
 	var encoded [][]byte
 	if err := wantsNew(opts, func() error {
@@ -301,8 +301,8 @@ func wantsNew(opts *BlockOptions, validate func() error) error {
 	return validate()
 }
 
-// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes that
-// jsonb can store.
+// encodeValue encodes a block value or item as JSON of at most MaxBlockValueLength bytes and
+// MaxJSONDepth levels that jsonb can store.
 func encodeValue(field string, v any) ([]byte, error) {
 	return encodeJSON(field, v, MaxBlockValueLength)
 }
@@ -426,8 +426,9 @@ const (
 )
 
 // ListBlocksRequest describes new list blocks: Items (each encoded as JSON, at most
-// MaxBlockValueLength bytes, storable by jsonb as StartOptions.Header says) split into blocks of
-// at most MaxBlockSize, each with Header.
+// MaxBlockValueLength bytes, nesting at most MaxJSONDepth levels, storable by jsonb as
+// StartOptions.Header says) split into blocks of at most MaxBlockSize, each with Header (held
+// to the same bounds).
 type ListBlocksRequest struct {
 	Items        []any
 	MaxBlockSize int

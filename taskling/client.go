@@ -248,15 +248,20 @@ func ValidateName(field, s string) error { return validateName(field, s) }
 
 // ValidateNewName checks the application or task name of a task that does not exist yet, as every
 // function that creates one does: ValidateName's rules, no '/' (it separates application and
-// task in APP/TASK, so "a/b" + "c" and "a" + "b/c" would print alike) and no invisible character
-// (see Invisible). A function given a name it refuses still serves a task that already has that
-// name. The error wraps ErrInvalidArgument and names field.
+// task in APP/TASK, so "a/b" + "c" and "a" + "b/c" would print alike), not "." or ".." (a path
+// segment that browsers and HTTP clients remove from a URL, percent-encoded or not, so a link to
+// the task would lead elsewhere) and no invisible character (see Invisible). A function given a
+// name it refuses still serves a task that already has that name. The error wraps
+// ErrInvalidArgument and names field.
 func ValidateNewName(field, s string) error {
 	if err := validateName(field, s); err != nil {
 		return err
 	}
 	if strings.Contains(s, "/") {
 		return fmt.Errorf("%w: %s %q contains '/', which separates application and task in APP/TASK", ErrInvalidArgument, field, s)
+	}
+	if s == "." || s == ".." {
+		return fmt.Errorf("%w: %s is %q, a path segment that URLs drop (a link to the task would lead elsewhere)", ErrInvalidArgument, field, s)
 	}
 	return refuseInvisible(field, s)
 }
@@ -321,7 +326,16 @@ func validateName(field, s string) error {
 		return fmt.Errorf("%w: %s is empty", ErrInvalidArgument, field)
 	case len(s) > MaxNameLength:
 		return fmt.Errorf("%w: %s is %d bytes; at most %d allowed", ErrInvalidArgument, field, len(s), MaxNameLength)
-	case !utf8.ValidString(s):
+	}
+	return ValidateChars(field, s)
+}
+
+// ValidateChars checks text compared with names, such as TaskFilter.Search or a query parameter
+// of the HTTP API, by the characters a name may hold: valid UTF-8 with no control character (""
+// passes; PostgreSQL refuses a NUL byte and invalid UTF-8 in text, so such a string matches
+// nothing and would fail a query). The error wraps ErrInvalidArgument and names field.
+func ValidateChars(field, s string) error {
+	if !utf8.ValidString(s) {
 		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalidArgument, field)
 	}
 	for _, r := range s {

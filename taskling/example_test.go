@@ -16,7 +16,7 @@ import (
 // A batch job that at most two hosts run at once.
 func ExampleClient_Run() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	pool, err := pgxpool.New(ctx, os.Getenv("TASKLING_DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -60,7 +60,8 @@ const MaxTasksPage = 500
 type TaskFilter struct {
 	// Application keeps only this application's tasks ("" = all).
 	Application string
-	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all).
+	// Search keeps the tasks whose "application/task" contains it, ignoring case ("" = all). It
+	// holds the characters of a name (ValidateChars), else Tasks fails with ErrInvalidArgument.
 	Search string
 	// Status keeps only the tasks in this state ("" = all but the retired ones).
 	Status TaskStatusFilter
@@ -113,7 +114,7 @@ func decodeTaskCursor(s string, sort TaskSort) (taskCursor, error) {
 		dec.DisallowUnknownFields()
 		err = dec.Decode(&c)
 	}
-	if err != nil || c.ID < 1 {
+	if err != nil || c.ID < 1 || validateTask(c.App, c.Task) != nil {
 		return c, fmt.Errorf("%w: TaskFilter.Cursor %q is not a cursor Tasks returned", ErrInvalidArgument, truncateText(s, 64))
 	}
 	if c.Sort != sort {
@@ -130,7 +131,9 @@ func truncateText(s string, n int) string {
 }
 
 // Tasks returns the tasks filter selects, a page of them when filter.Limit is set, with how many
-// match and every application's name. Filtering, sorting and paging run in the database.
+// match and every application's name. Filtering, sorting and paging run in the database. Like
+// SubmissionCounts, it first compacts the submission tally that QueuedSubmissions is read from,
+// at most once a minute per client.
 func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err error) {
 	defer wrapErr(&err, "list tasks")
 	var f TaskFilter
@@ -141,6 +144,9 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err
 		if err := validateName("TaskFilter.Application", f.Application); err != nil {
 			return TaskPage{}, err
 		}
+	}
+	if err := ValidateChars("TaskFilter.Search", f.Search); err != nil {
+		return TaskPage{}, err
 	}
 	switch f.Status {
 	case "", TaskBusy, TaskAtLimit, TaskWaiting, TaskIdle, TaskRetired:
@@ -157,6 +163,7 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err
 	if f.Limit < 0 || f.Limit > MaxTasksPage {
 		return TaskPage{}, fmt.Errorf("%w: TaskFilter.Limit is %d; want 0 (every task) or 1 to %d", ErrInvalidArgument, f.Limit, MaxTasksPage)
 	}
+	c.compactTally(ctx) // QueuedSubmissions reads the tally, as SubmissionCounts does
 	q := adminstore.TaskListQuery{Application: f.Application, Search: f.Search, Status: string(f.Status), Sort: string(f.Sort), Limit: f.Limit}
 	if f.Cursor != "" {
 		if f.Limit == 0 {
@@ -191,25 +198,20 @@ func (c *Client) Tasks(ctx context.Context, filter *TaskFilter) (_ TaskPage, err
 	return page, nil
 }
 
-// Task returns one task with its slots, or an error wrapping ErrNotFound.
+// Task returns one task with its slots and keys, read in one snapshot (SlotsUsed counts the Slots
+// whose holder is alive), or an error wrapping ErrNotFound.
 func (c *Client) Task(ctx context.Context, app, task string) (_ TaskDetail, err error) {
 	defer wrapErr(&err, "task %s/%s", app, task)
 	if err := validateTask(app, task); err != nil {
 		return TaskDetail{}, err
 	}
-	info, id, err := c.admin.TaskSummary(ctx, app, task)
+	c.compactTally(ctx)
+	d, id, err := c.admin.TaskDetail(ctx, app, task, MaxKeysShown)
 	if err != nil {
 		return TaskDetail{}, err
 	}
 	if id == 0 {
 		return TaskDetail{}, notFound("task " + app + "/" + task)
-	}
-	d := TaskDetail{TaskInfo: info}
-	if d.Slots, err = c.admin.TaskSlots(ctx, id); err != nil {
-		return TaskDetail{}, err
-	}
-	if d.Keys, d.KeysTotal, err = c.admin.TaskKeys(ctx, id, MaxKeysShown); err != nil {
-		return TaskDetail{}, err
 	}
 	st, err := c.admin.RetentionOf(ctx, id)
 	if err != nil {

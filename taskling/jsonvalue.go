@@ -5,13 +5,23 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/taskling-go/taskling/internal/storedjson"
 )
+
+// MaxJSONDepth is how deep a JSON value the library stores — a header (StartOptions.Header,
+// SubmitOptions.Header), an object block's value, a list block's items and header — may nest
+// arrays and objects: [[1]] is 2 deep. A deeper one is refused with ErrInvalidArgument naming
+// the field. Values stored before this bound (or written with SQL) still read.
+const MaxJSONDepth = 64
 
 // Every JSON value the library stores (headers, block values, list items) goes into a jsonb
 // column, which refuses some JSON that encoding/json accepts. They are refused up front, naming
-// the field, rather than failing the statement that stores them.
+// the field, rather than failing the statement that stores them; so is a value nested deeper
+// than MaxJSONDepth, which no caller needs and which costs every reader.
 
-// encodeJSON encodes v as JSON of at most max bytes that PostgreSQL's jsonb can store.
+// encodeJSON encodes v as JSON of at most max bytes and MaxJSONDepth levels that PostgreSQL's
+// jsonb can store.
 func encodeJSON(field string, v any, max int) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -19,6 +29,9 @@ func encodeJSON(field string, v any, max int) ([]byte, error) {
 	}
 	if len(b) > max {
 		return nil, fmt.Errorf("%w: %s is %d bytes of JSON; at most %d allowed", ErrInvalidArgument, field, len(b), max)
+	}
+	if d := storedjson.Depth(b); d > MaxJSONDepth {
+		return nil, fmt.Errorf("%w: %s nests %d levels deep; at most %d allowed", ErrInvalidArgument, field, d, MaxJSONDepth)
 	}
 	if err := checkJSONB(b); err != nil {
 		return nil, fmt.Errorf("%w: %s %s, which PostgreSQL's jsonb cannot store", ErrInvalidArgument, field, err)

@@ -20,6 +20,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/storedjson"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -200,7 +201,7 @@ func jsonString(t *rapid.T) string {
 }
 
 // edgeJSON are values at the limits: every control character, numeric's range, deep nesting
-// (depth levels; encoding/json reads up to 10 000).
+// (depth levels: the library stores up to MaxJSONDepth; encoding/json reads up to 10 000).
 func edgeJSON(depth int) []string {
 	var controls strings.Builder
 	controls.WriteByte('"')
@@ -213,7 +214,7 @@ func edgeJSON(depth int) []string {
 		`[1e131071, -1E+131071, 1e-16383, 0.` + strings.Repeat("0", 16382) + `1, -0, 0e-16383, 1.000]`,
 		`123456789012345678901234567890123456789012345678901234567890.12345678901234567890`,
 		strings.Repeat("[", depth) + strings.Repeat("]", depth),
-		strings.Repeat(`{"a":`, 1000) + `"\u00e9\ud83d\ude00"` + strings.Repeat("}", 1000),
+		strings.Repeat(`{"a":`, depth) + `"\u00e9\ud83d\ude00"` + strings.Repeat("}", depth),
 	}
 }
 
@@ -305,12 +306,7 @@ func TestEveryStoredJSONValueReadsBackEqual(t *testing.T) {
 			// A death threshold a loaded machine's late heartbeat never reaches: not under test.
 			settings := taskling.TaskSettings{ConcurrencyLimit: 10, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: 20 * time.Second}
 			r := newRoundTrip(t, newClient(t, pool, noAutoCleanup(&taskling.Config{Defaults: settings})), "json-"+mode.String())
-			// The deepest value costs a second under -race: at full depth once.
-			depth := 1000
-			if mode == pgx.QueryExecModeCacheStatement {
-				depth = 10000
-			}
-			for _, v := range edgeJSON(depth) {
+			for _, v := range edgeJSON(taskling.MaxJSONDepth) {
 				r.check(t, []string{v})
 			}
 			// A bounded number of draws: each is a few round trips per place it is stored.
@@ -464,6 +460,114 @@ func TestJSONThatJSONBRefusesIsRefusedUpFront(t *testing.T) {
 	// Text that only looks like those escapes is stored.
 	_, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: `\u0000 \ud800 1e999999`})
 	require.NoError(t, err)
+}
+
+// nestedJSON is a JSON value nesting depth levels, objects and arrays in turn.
+func nestedJSON(depth int) json.RawMessage {
+	var open, end strings.Builder
+	for i := range depth {
+		if i%2 == 0 {
+			open.WriteString(`{"k": `)
+		} else {
+			open.WriteString(`[0, `)
+		}
+	}
+	for i := depth - 1; i >= 0; i-- {
+		if i%2 == 0 {
+			end.WriteString(`}`)
+		} else {
+			end.WriteString(`]`)
+		}
+	}
+	return json.RawMessage(open.String() + `"<&>"` + end.String())
+}
+
+// TestJSONNestedDeeperThanMaxJSONDepthIsRefused is issue 40 item 1: a header nested 9 000 deep
+// was stored, and each read of it wrote about 160 MB. Wherever the library stores JSON, a value
+// nesting MaxJSONDepth levels is stored and one nesting a level more (or 9 000) is refused, with
+// ErrInvalidArgument naming the field, before anything is stored; so is a Go value that deep.
+func TestJSONNestedDeeperThanMaxJSONDepthIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, noAutoCleanup(steady(1)))
+	e := b.start(t, nil)
+	var goValue any = "leaf"
+	for range taskling.MaxJSONDepth + 1 {
+		goValue = []any{goValue}
+	}
+	for _, v := range []any{nestedJSON(taskling.MaxJSONDepth + 1), nestedJSON(9000), goValue} {
+		refused := func(field string, err error) {
+			t.Helper()
+			require.ErrorIs(t, err, taskling.ErrInvalidArgument, field)
+			require.ErrorContains(t, err, field+" nests ")
+			require.ErrorContains(t, err, fmt.Sprintf("levels deep; at most %d allowed", taskling.MaxJSONDepth))
+		}
+		_, err := b.client.StartExecution(b.ctx, b.app, "other", &taskling.StartOptions{Header: v})
+		refused("StartOptions.Header", err)
+		refused("header", taskling.ValidateHeader("header", v))
+		_, err = b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: v})
+		refused("SubmitOptions.Header", err)
+		_, err = e.ObjectBlocks(b.ctx, []any{1, v}, nil)
+		refused("values[1]", err)
+		_, err = e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{1, v}, MaxBlockSize: 10}, nil)
+		refused("ListBlocksRequest.Items[1]", err)
+		_, err = e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{1}, Header: v, MaxBlockSize: 10}, nil)
+		refused("ListBlocksRequest.Header", err)
+	}
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.submission`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM taskling.block`))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM taskling.task_execution`))
+
+	deepest := nestedJSON(taskling.MaxJSONDepth)
+	require.NoError(t, taskling.ValidateHeader("header", deepest))
+	other, err := b.client.StartExecution(b.ctx, b.app, "other", &taskling.StartOptions{Header: deepest})
+	require.NoError(t, err)
+	require.NoError(t, other.Complete(b.ctx))
+	_, err = b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: deepest})
+	require.NoError(t, err)
+	_, err = e.ObjectBlocks(b.ctx, []any{deepest}, nil)
+	require.NoError(t, err)
+	_, err = e.ListBlocks(b.ctx, taskling.ListBlocksRequest{Items: []any{deepest}, Header: deepest, MaxBlockSize: 10}, nil)
+	require.NoError(t, err)
+	for _, q := range []string{
+		`SELECT header::text FROM taskling.task_execution WHERE header IS NOT NULL`, `SELECT header::text FROM taskling.submission`,
+		`SELECT value::text FROM taskling.block`, `SELECT value::text FROM taskling.list_item`,
+	} {
+		rows, err := b.pool.Query(b.ctx, q)
+		require.NoError(t, err)
+		stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.NotEmpty(t, stored, q)
+		for _, v := range stored {
+			require.Equal(t, taskling.MaxJSONDepth, storedjson.Depth([]byte(v)), q)
+		}
+	}
+}
+
+// TestJSONStoredDeeperThanTheBoundStillReadsAndRuns: a header stored before the bound (here
+// written with SQL, 9 000 deep) still reads, and its submission's attempt runs with it.
+func TestJSONStoredDeeperThanTheBoundStillReadsAndRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t, steady(1))
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{Header: 1, MaxAttempts: 1})
+	require.NoError(t, err)
+	deep := nestedJSON(9000)
+	b.exec(t, `UPDATE taskling.submission SET header = $1::text::jsonb WHERE id = $2`, string(deep), id)
+	sub, err := b.client.Submission(b.ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, sub.HeaderError)
+	require.JSONEq(t, string(deep), string(sub.Header))
+
+	got := make(chan json.RawMessage, 1)
+	b.work(t, b.client, func(ctx context.Context, e *taskling.Execution) error {
+		var h json.RawMessage
+		if err := e.Header(&h); err != nil {
+			return err
+		}
+		got <- h
+		return nil
+	}, nil)
+	b.waitStatus(t, id, taskling.SubmissionCompleted)
+	require.JSONEq(t, string(deep), string(<-got))
 }
 
 // maybeRefusedJSON draws JSON texts near what jsonb refuses: \u escapes of any code unit

@@ -319,3 +319,25 @@ func TestAKeyedWaiterWhoseLeaveFailsLeavesLater(t *testing.T) {
 	require.Eventually(t, func() bool { return b.count(t, `SELECT count(*) FROM taskling.key_ticket`) == 0 }, 5*time.Second,
 		50*time.Millisecond, "the ticket of a waiter that gave up stays queued")
 }
+
+// TestAnOverriddenEmptyKeyIsListedAndEnforced is issue 40 item 8: an override of the empty key's
+// limit (or a declared named key "") was stored and enforced, yet a task whose starts carry no
+// key listed no keys at all ("No keys in use" in `tasks keys show`).
+func TestAnOverriddenEmptyKeyIsListedAndEnforced(t *testing.T) {
+	t.Parallel()
+	b := setup(t, withLimit(4))
+	one := 1
+	require.NoError(t, b.client.UpdateKeySettings(b.ctx, b.app, b.task, "", taskling.KeySettingsUpdate{Limit: &one}))
+	info, err := b.client.Task(b.ctx, b.app, b.task)
+	require.NoError(t, err)
+	require.Equal(t, []taskling.KeyInfo{{Key: "", Limit: 1, LimitSource: taskling.KeySourceOverride, RateSource: taskling.KeySourceNone}}, info.Keys)
+	require.Equal(t, 1, info.KeysTotal)
+	b.start(t, nil)
+	require.ErrorIs(t, b.denied(t, nil), taskling.ErrKeyLimitReached, "enforced")
+
+	d := setup(t, withKeys(4, 0, map[string]taskling.KeySettings{"": {Limit: 2}}))
+	d.start(t, nil)
+	info, err = d.client.Task(d.ctx, d.app, d.task)
+	require.NoError(t, err)
+	require.Equal(t, []taskling.KeyInfo{{Key: "", Holders: 1, CostInUse: 1, Limit: 2, LimitSource: taskling.KeySourceDeclaredKey, RateSource: taskling.KeySourceNone}}, info.Keys)
+}

@@ -2,6 +2,7 @@ package taskling_test
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 	"time"
 
@@ -105,4 +106,79 @@ func TestOperatorNamesRefuseInvisibleCharacters(t *testing.T) {
 	changes, err := b.client.TaskChanges(b.ctx, b.app, b.task, nil)
 	require.NoError(t, err)
 	require.Len(t, changes.Changes, 1, "only the good force was recorded")
+}
+
+// TestNewNamesRefuseDotSegments is issue 40 item 8: "." and ".." are path segments that
+// browsers and HTTP clients drop from a URL, so `tasks set dotapp/..` made a task whose
+// dashboard link led to another page. Every call that makes a task refuses them, naming the
+// argument, and writes nothing.
+func TestNewNamesRefuseDotSegments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	limit := 2
+	for _, tc := range []struct{ app, task, field string }{
+		{"dotapp", "..", "task name"},
+		{"dotapp", ".", "task name"},
+		{".", "x", "application name"},
+		{"..", "x", "application name"},
+	} {
+		_, err := b.client.StartExecution(b.ctx, tc.app, tc.task, nil)
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q/%q", tc.app, tc.task)
+		require.ErrorContains(t, err, tc.field+` is "`)
+		err = b.client.UpdateTaskSettings(b.ctx, tc.app, tc.task, taskling.SettingsUpdate{ConcurrencyLimit: &limit})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q/%q", tc.app, tc.task)
+		err = b.client.UpdateKeySettings(b.ctx, tc.app, tc.task, "k", taskling.KeySettingsUpdate{Limit: &limit})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q/%q", tc.app, tc.task)
+		_, err = b.client.Submit(b.ctx, tc.app, tc.task, nil)
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q/%q", tc.app, tc.task)
+		err = b.client.Schedule(b.ctx, tc.app, tc.task, "@every 1h", func(context.Context, *taskling.Execution) error { return nil }, nil)
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q/%q", tc.app, tc.task)
+	}
+	for _, bad := range []string{".", ".."} {
+		require.ErrorIs(t, taskling.ValidateNewName("name", bad), taskling.ErrInvalidArgument)
+		require.NoError(t, taskling.ValidateName("name", bad), "an existing task's name")
+	}
+	for _, ok := range []string{"...", ".x", "x.", "a..b"} {
+		require.NoError(t, taskling.ValidateNewName("name", ok))
+	}
+	tasks, err := b.client.Tasks(b.ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, tasks.Tasks, "nothing was written")
+
+	// A task made before the rule keeps its name: started, tuned, read, retired.
+	b.exec(t, `INSERT INTO taskling.task_definition (application_name, task_name) VALUES ('dotapp', '..')`)
+	e, err := b.client.StartExecution(b.ctx, "dotapp", "..", nil)
+	require.NoError(t, err)
+	cs, err := e.CriticalSection(b.ctx, 10*time.Second)
+	require.NoError(t, err, "its critical section is made on first use")
+	require.NoError(t, cs.Release(b.ctx))
+	require.NoError(t, e.Complete(b.ctx))
+	require.NoError(t, b.client.UpdateTaskSettings(b.ctx, "dotapp", "..", taskling.SettingsUpdate{ConcurrencyLimit: &limit}))
+	d, err := b.client.Task(b.ctx, "dotapp", "..")
+	require.NoError(t, err)
+	require.Equal(t, limit, d.Limit)
+	require.NoError(t, b.client.RetireTask(b.ctx, "dotapp", "..", "alice"))
+	require.NoError(t, b.client.UnretireTask(b.ctx, "dotapp", "..", "alice"))
+}
+
+// TestTasksRefusesFilterTextPostgreSQLCannotRead is issue 40 item 7: a Search or a cursor holding
+// a NUL byte or invalid UTF-8 reached PostgreSQL, which failed the query (SQLSTATE 22021); they
+// are refused up front with ErrInvalidArgument naming the field.
+func TestTasksRefusesFilterTextPostgreSQLCannotRead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	require.NoError(t, b.client.Run(b.ctx, b.app, b.task, func(context.Context, *taskling.Execution) error { return nil }, nil))
+	for _, search := range []string{"\x00", "a\xffb", "a\nb"} {
+		_, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Search: search})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q", search)
+		require.ErrorContains(t, err, "TaskFilter.Search")
+	}
+	for _, cursor := range []string{`{"s":"name","a":"\u0000","t":"x","i":1}`, `{"s":"name","a":"a","t":"","i":1}`} {
+		_, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Limit: 5, Cursor: base64.RawURLEncoding.EncodeToString([]byte(cursor))})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, cursor)
+		require.ErrorContains(t, err, "TaskFilter.Cursor")
+	}
+	page, err := b.client.Tasks(b.ctx, &taskling.TaskFilter{Search: "APP/t"})
+	require.NoError(t, err)
+	require.Len(t, page.Tasks, 1)
 }

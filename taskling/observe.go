@@ -334,8 +334,8 @@ const MaxTracestateLength = 512
 
 // ValidateTraceContext checks a trace context as Submit does: zero, or a traceparent of the W3C
 // Trace Context format ("00-" 32 lowercase hex digits, not all zero, "-" 16 more, not all zero,
-// "-" 2 more; a later version may add "-" and more after those 55 characters, 200 bytes at most
-// in all; version ff is invalid) and a tracestate of at most MaxTracestateLength printable ASCII characters. A
+// "-" 2 more; a later version may add "-" and more printable ASCII after those 55 characters, 200
+// bytes at most in all; version ff is invalid) and a tracestate of at most MaxTracestateLength printable ASCII characters. A
 // tracestate needs a traceparent. The error wraps ErrInvalidArgument and names field.
 func ValidateTraceContext(field string, t TraceContext) error {
 	if t.IsZero() {
@@ -379,6 +379,12 @@ func traceparentProblem(s string) string {
 	}
 	if len(s) > 200 {
 		return fmt.Sprintf("is %d bytes; at most 200 allowed", len(s))
+	}
+	// What a later version adds is stored as text: never a NUL byte or invalid UTF-8.
+	for i := 55; i < len(s); i++ {
+		if c := s[i]; c <= 0x20 || c > 0x7e {
+			return fmt.Sprintf("has a byte 0x%02x at %d; want printable ASCII", c, i)
+		}
 	}
 	return ""
 }

@@ -102,6 +102,25 @@ func TestTimingHooksMeasureWaitsAndRuns(t *testing.T) {
 	require.Equal(t, taskling.OutcomeFailed, s.ended[len(s.ended)-1])
 }
 
+// TestALaterTraceparentVersionHoldsPrintableASCIIOnly is issue 40 item 7: what a later version
+// adds after the 55 characters of version 00 was stored as it came, so a \xff there failed the
+// submission with SQLSTATE 22021 (and the HTTP API's submit with a 500) instead of being refused.
+func TestALaterTraceparentVersionHoldsPrintableASCIIOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	const head = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, tp := range []string{head + "-\xff", head + "-\x00", head + "-a b", head + "-\u00e9"} {
+		_, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{TraceContext: taskling.TraceContext{Traceparent: tp}})
+		require.ErrorIs(t, err, taskling.ErrInvalidArgument, "%q", tp)
+		require.ErrorContains(t, err, "SubmitOptions.TraceContext.Traceparent")
+	}
+	id, err := b.client.Submit(b.ctx, b.app, b.task, &taskling.SubmitOptions{TraceContext: taskling.TraceContext{Traceparent: head + "-later"}})
+	require.NoError(t, err)
+	s, err := b.client.Submission(b.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, head+"-later", s.Trace.Traceparent)
+}
+
 // TestValidateTraceContextRefusesMalformedValues: the W3C format, named in the error.
 func TestValidateTraceContextRefusesMalformedValues(t *testing.T) {
 	t.Parallel()

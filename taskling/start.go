@@ -32,8 +32,9 @@ type StartOptions struct {
 	Idempotent bool
 	// Header is any JSON-encodable value, stored with the execution (Execution.Header) as jsonb,
 	// which reads back an equal value (keys and number formatting may differ); at most
-	// MaxHeaderLength bytes once encoded. What jsonb cannot store (a \u0000 escape, an unpaired
-	// surrogate escape, a number out of numeric's range) is refused (ValidateHeader).
+	// MaxHeaderLength bytes once encoded, nesting at most MaxJSONDepth levels. What jsonb cannot
+	// store (a \u0000 escape, an unpaired surrogate escape, a number out of numeric's range) is
+	// refused (ValidateHeader).
 	Header any
 	// WaitForSlot blocks until a slot frees or ctx ends, instead of returning ErrLimitReached.
 	// Waiters queue in the database: slots go to the oldest waiter across every host (higher
@@ -534,16 +535,17 @@ func (c *Client) report(app, task string, req startReq, res execution.AcquireRes
 }
 
 // ValidateHeader checks a header as StartExecution and Submit do: JSON-encodable, at most
-// MaxHeaderLength bytes once encoded, and storable by PostgreSQL's jsonb (no \u0000 escape, no
-// unpaired surrogate escape, numbers within numeric's range). The error wraps
+// MaxHeaderLength bytes once encoded, nesting at most MaxJSONDepth levels, and storable by
+// PostgreSQL's jsonb (no \u0000 escape, no unpaired surrogate escape, numbers within numeric's
+// range). The error wraps
 // ErrInvalidArgument and names field. Tools use it to reject a bad header before submitting.
 func ValidateHeader(field string, v any) error {
 	_, err := encodeHeader(field, v)
 	return err
 }
 
-// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes of JSON that
-// jsonb can store.
+// encodeHeader encodes a header (nil for none), at most MaxHeaderLength bytes and MaxJSONDepth
+// levels of JSON that jsonb can store.
 func encodeHeader(field string, v any) ([]byte, error) {
 	if v == nil {
 		return nil, nil

@@ -37,8 +37,9 @@ const MaxMaxAttempts = 1000
 
 // SubmitOptions are the options of a submission. A nil *SubmitOptions means all defaults.
 type SubmitOptions struct {
-	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded, storable
-	// by jsonb: see StartOptions.Header), handed to every attempt (Execution.Header) as stored.
+	// Header is any JSON-encodable value (at most MaxHeaderLength bytes once encoded, nesting at
+	// most MaxJSONDepth levels, storable by jsonb: see StartOptions.Header), handed to every
+	// attempt (Execution.Header) as stored.
 	Header any
 	// ReferenceValue makes the submission idempotent: a later Submit of the task with the same
 	// value stores nothing and returns the first one's id, whatever its status. It is also the

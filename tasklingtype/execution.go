@@ -28,6 +28,8 @@ const (
 
 // ExecutionInfo is one execution of a task, as history reports it.
 type ExecutionInfo struct {
+	// ID is unique, but each process reserves ids ahead in batches: they jump (1, 18, 35) and
+	// follow start order only within one process. Order by StartedAt, as the lists do.
 	ID             int64
 	StartedAt      time.Time
 	CompletedAt    time.Time // zero while not completed
@@ -56,6 +58,10 @@ type ExecutionInfo struct {
 	// Key and Cost are the start's (StartOptions.Key, StartOptions.Cost): "" is no key.
 	Key  string
 	Cost int
+	// SubmissionID is the submission this execution ran an attempt of (Work), and Attempt that
+	// attempt's number (1: the first); both 0 for an execution that ran no submission.
+	SubmissionID int64
+	Attempt      int
 }
 
 // ExecutionRef names an execution with its status.

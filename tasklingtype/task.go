@@ -65,6 +65,11 @@ type TaskInfo struct {
 	// is when the oldest of them queued (database clock; zero if none).
 	Waiting         int
 	OldestWaitSince time.Time
+	// QueuedSubmissions counts the task's submissions waiting to start (status waiting),
+	// fleet-wide: what the metrics' taskling_submissions{status="waiting"} shows. Waiting does not
+	// count them; a submission a Work loop claimed is counted here, and its worker's start in
+	// Waiting too while that start waits for a slot.
+	QueuedSubmissions int
 	// KeyLimit is every key's limit in force (0: none), from KeyLimitSource: the operator's
 	// override of KeyLimit, else what the last requester declared. Named keys may have their own
 	// (TaskDetail.Keys). KeysWaiting counts the keys with live waiters.
@@ -109,9 +114,12 @@ type Retirement struct {
 type TaskDetail struct {
 	TaskInfo
 	Slots []Slot
-	// Keys are the task's busiest keys — most cost in use first, then most waiters — and its
-	// named keys (those with a limit or a rate of their own), at most MaxKeysShown; KeysTotal counts them
-	// all.
+	// Keys are the task's busiest keys — most cost in use first, then most waiters, then most
+	// submissions queued — and its named keys (those with a limit or a rate of their own, the empty
+	// key "" too), at most MaxKeysShown; KeysTotal counts them all. A task whose starts carry no key
+	// and that names none, with no key limit or key rate, has none. The task's summary, Slots and
+	// Keys are read in one snapshot, and SlotsUsed counts the Slots whose holder is alive: they
+	// always agree.
 	Keys      []KeyInfo
 	KeysTotal int
 	// Retention is how long the task's history is kept and when it was last cleaned.
@@ -137,20 +145,22 @@ type TaskRetention struct {
 // MaxKeysShown bounds TaskDetail.Keys.
 const MaxKeysShown = 50
 
-// KeyInfo is one key of a task: its live holders and the cost they hold, its live waiters, its
-// limit in force (0: none) and where that comes from, its rate in force (zero: none) and where
-// that comes from, and how long until a start of cost 1 fits that rate (NextAllowed, on the
-// database clock; 0: now, or no rate).
+// KeyInfo is one key of a task: its live holders and the cost they hold, its live waiters (starts
+// waiting for a slot), its submissions waiting to start (QueuedSubmissions: status waiting, as
+// TaskInfo.QueuedSubmissions), its limit in force (0: none) and where that comes from, its rate
+// in force (zero: none) and where that comes from, and how long until a start of cost 1 fits that
+// rate (NextAllowed, on the database clock; 0: now, or no rate).
 type KeyInfo struct {
-	Key         string
-	Holders     int
-	CostInUse   int
-	Waiting     int
-	Limit       int
-	LimitSource KeyLimitSource
-	Rate        Rate
-	RateSource  KeyLimitSource
-	NextAllowed time.Duration
+	Key               string
+	Holders           int
+	CostInUse         int
+	Waiting           int
+	QueuedSubmissions int
+	Limit             int
+	LimitSource       KeyLimitSource
+	Rate              Rate
+	RateSource        KeyLimitSource
+	NextAllowed       time.Duration
 }
 
 // KeyLimitSource says where a key's limit, or its rate, comes from (for a rate, "key limit"

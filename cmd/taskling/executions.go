@@ -17,7 +17,13 @@ func newExecutionsCommand(e *env) *cobra.Command {
 	var status string
 	list := &cobra.Command{
 		Use:   "list APP/TASK [--last N] [--status S]",
-		Short: "A task's executions, newest first (granted and denied)",
+		Short: "A task's executions, newest first by start time (granted and blocked)",
+		Long: `List a task's last executions, newest first by start time: those granted a slot and
+those blocked (refused by a limit, a key's limit or a rate; status blocked).
+
+Execution ids are unique, but each process reserves them ahead, a batch at a time: they jump
+(1, 18, 35) and follow start order only within one process. A gap in the ids is not a missing
+row, and the list is ordered by start time, not by id.`,
 	}
 	listTarget := addTaskTarget(list, false)
 	list.RunE = func(cmd *cobra.Command, args []string) error {
@@ -87,7 +93,7 @@ func printExecutions(e *env, xs []httpapi.Execution) error {
 		if x.FencingToken != nil {
 			fence = fmt.Sprint(*x.FencingToken)
 		}
-		cells := []string{fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(deref(x.ReferenceValue)), progress(x.ItemsDone, x.ItemsTotal), fence}
+		cells := []string{fmt.Sprint(x.ID), x.Status, clock(x.StartedAt), x.Host, orDash(shorten(deref(x.ReferenceValue), 60)), progress(x.ItemsDone, x.ItemsTotal), fence}
 		if keyed {
 			cells = append(cells, fmt.Sprintf("%q", x.Key), fmt.Sprint(x.Cost))
 		}
@@ -113,6 +119,9 @@ func printExecution(e *env, x httpapi.Execution) error {
 	}
 	fmt.Fprintf(w, "Progress:  %s\n", progress(x.ItemsDone, x.ItemsTotal))
 	fmt.Fprintf(w, "Reference: %s\n", terminalSafe(orDash(deref(x.ReferenceValue))))
+	if x.SubmissionID != nil && x.Attempt != nil {
+		fmt.Fprintf(w, "Attempt:   %d of submission %d\n", *x.Attempt, *x.SubmissionID)
+	}
 	if x.BlockedReason != nil {
 		fmt.Fprintf(w, "Blocked:   %s\n", terminalSafe(*x.BlockedReason))
 	}

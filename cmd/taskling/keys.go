@@ -134,7 +134,7 @@ func newKeysClearCommand(e *env) *cobra.Command {
 func newKeysShowCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show APP/TASK",
-		Short: "The task's busiest and named keys: holders, cost in use, waiters, limit, rate, their sources and the next allowed start",
+		Short: "The task's busiest and named keys: holders, cost in use, starts waiting for a slot, submissions queued, limit, rate, their sources and the next allowed start",
 	}
 	target := addTaskTarget(cmd, false)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -166,17 +166,17 @@ func (e *env) showKeys(ctx context.Context, c *taskling.Client, app, task string
 // printKeys prints a task's keys as a table (nothing for a task without keys).
 func printKeys(w io.Writer, d httpapi.TaskDetail) error {
 	if len(d.Keys) == 0 {
-		_, err := fmt.Fprintln(w, "No keys in use, waiting or named.")
+		_, err := fmt.Fprintln(w, "No keys in use, waiting, queued or named.")
 		return err
 	}
-	t := newTable(w, "KEY", "HOLDERS", "COST IN USE", "WAITING", "LIMIT", "SOURCE", "RATE", "RATE SOURCE", "NEXT START")
+	t := newTable(w, "KEY", "HOLDERS", "COST IN USE", "WAITING FOR SLOT", "SUBMISSIONS QUEUED", "LIMIT", "SOURCE", "RATE", "RATE SOURCE", "NEXT START")
 	for _, k := range d.Keys {
 		limit := "none"
 		if k.Limit != nil {
 			limit = fmt.Sprint(*k.Limit)
 		}
 		name := terminalSafe(fmt.Sprintf("%q", k.Key))
-		t.row(name, fmt.Sprint(k.Holders), fmt.Sprint(k.CostInUse), fmt.Sprint(k.Waiting), limit, k.LimitSource,
+		t.row(name, fmt.Sprint(k.Holders), fmt.Sprint(k.CostInUse), fmt.Sprint(k.Waiting), fmt.Sprint(k.QueuedSubmissions), limit, k.LimitSource,
 			rateText(k.Rate), k.RateSource, nextText(k.NextAllowedSeconds, k.NextAllowed))
 	}
 	if err := t.flush(); err != nil {

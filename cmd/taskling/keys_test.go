@@ -49,3 +49,26 @@ func TestTasksKeysSetShowsAndRecordsTheOverride(t *testing.T) {
 		require.Contains(t, errOut, c.want, "%v", c.args)
 	}
 }
+
+// TestTasksKeysReachTheEmptyKeyAndDotKeys is issue 40 item 8: `tasks keys show` said "No keys in
+// use" for a task whose empty key was overridden (stored and enforced); "." is a key like any
+// other.
+func TestTasksKeysReachTheEmptyKeyAndDotKeys(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	out := ok(t, f.url, "tasks", "keys", "set", "billing/solo", "", "--limit", "2")
+	require.Contains(t, out, `""`, out)
+	require.NotContains(t, out, "No keys", out)
+	ok(t, f.url, "tasks", "keys", "set", "billing/solo", ".", "--limit", "3")
+	var keys struct {
+		Keys []httpapi.Key `json:"keys"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "tasks", "keys", "show", "billing/solo", "-o", "json")), &keys))
+	limits := map[string]int{}
+	for _, k := range keys.Keys {
+		limits[k.Key] = *k.Limit
+	}
+	require.Equal(t, map[string]int{"": 2, ".": 3}, limits)
+	ok(t, f.url, "tasks", "keys", "clear", "billing/solo", ".")
+	require.Contains(t, ok(t, f.url, "tasks", "keys", "show", "billing/solo"), `""`)
+}

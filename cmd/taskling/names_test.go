@@ -107,3 +107,26 @@ func TestTerminalWriterEscapesAcrossWrites(t *testing.T) {
 	w.flush()
 	require.Equal(t, `a\u202eb`+"\tc\n"+`\u001b[2Jd\udb40\udc41eé`+"\ufffd"+`\ufffd\ufffd`, b.String())
 }
+
+// TestDotSegmentsAreRefusedAsNewNames is issue 40 item 8: `tasks set dotapp/..` made a task whose
+// dashboard link led to another page. A new "." or ".." is refused; a task made before keeps its
+// name and is reached as before.
+func TestDotSegmentsAreRefusedAsNewNames(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, args := range [][]string{
+		{"tasks", "set", "dotapp/..", "--limit", "2"},
+		{"tasks", "set", "--app", ".", "--task", "x", "--limit", "2"},
+		{"submit", "dotapp/."},
+	} {
+		code, out, errOut := cli(t, f.url, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, `name is "`, "%v", args)
+		require.Empty(t, out)
+	}
+	legacyTasks(t, f, [2]string{"olddot", ".."})
+	require.Contains(t, ok(t, f.url, "tasks", "set", "olddot/..", "--limit", "4"), "Limit:     4 (override)")
+	var d httpapi.TaskDetail
+	require.NoError(t, json.Unmarshal([]byte(ok(t, f.url, "-o", "json", "tasks", "show", "olddot/..")), &d))
+	require.Equal(t, [3]any{"olddot", "..", 4}, [3]any{d.Application, d.Task.Task, d.Limit})
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -14,16 +13,16 @@ import (
 	"unicode/utf8"
 
 	"github.com/taskling-go/taskling/internal/httpapi"
+	"github.com/taskling-go/taskling/internal/storedjson"
 	"github.com/taskling-go/taskling/taskling"
 )
 
 var errNotFound = taskling.ErrNotFound
 
-// printJSON writes v indented, as the HTTP API does.
+// printJSON writes v as the HTTP API does: indented, stored JSON values as stored (compact),
+// nothing HTML-escaped.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return storedjson.Encode(w, v)
 }
 
 // storedJSONText is a stored JSON value as shown, or why it cannot be read, or "-" for none.
@@ -57,27 +56,49 @@ func (t *table) flush() error { return t.tw.Flush() }
 
 // terminalSafe escapes what a terminal would act on instead of print — control characters
 // (escape sequences, newlines and tabs that break a table) and invisible format characters
-// (bidirectional overrides) — so that stored text (reference values, messages) prints as data.
+// (bidirectional overrides) — so that stored text (reference values, messages, headers) prints as
+// data. Text those escapes would make more than twice as long (plus escapeSlack bytes) is cut,
+// ending with "…", where that length is reached: no stored value prints much larger than it is
+// (-o json prints it whole).
 func terminalSafe(s string) string {
 	if !strings.ContainsFunc(s, unprintable) {
 		return s
 	}
+	s = httpapi.Clip(s, 2*len(s)+escapeSlack, terminalSize)
 	var b strings.Builder
 	for _, r := range s {
-		switch {
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case unprintable(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
+		b.WriteString(terminalRune(r))
 	}
 	return b.String()
+}
+
+// escapeSlack lets short text keep all its escapes.
+const escapeSlack = 64
+
+// terminalRune is r as terminalSafe writes it.
+func terminalRune(r rune) string {
+	switch {
+	case r == '\n':
+		return `\n`
+	case r == '\t':
+		return `\t`
+	case r == '\r':
+		return `\r`
+	case unprintable(r):
+		return fmt.Sprintf(`\u%04x`, r)
+	}
+	return string(r)
+}
+
+// terminalSize is how many bytes terminalSafe writes for r, size bytes in the text.
+func terminalSize(r rune, size int) int {
+	if r == '\n' || r == '\t' || r == '\r' || unprintable(r) {
+		return len(terminalRune(r))
+	}
+	if r == utf8.RuneError && size == 1 {
+		return len(string(utf8.RuneError)) // not UTF-8: written as U+FFFD
+	}
+	return size
 }
 
 // unprintable: control characters and those taskling refuses in new names as invisible (bidi

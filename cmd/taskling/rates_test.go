@@ -25,9 +25,9 @@ func TestTasksSetAndKeysSetOverrideRates(t *testing.T) {
 	require.Contains(t, out, "rate", "the change is listed")
 
 	out = ok(t, url, "tasks", "keys", "set", "billing/export", "acme", "--rate", "5/1m")
-	require.Regexp(t, `(?m)^"acme"\s+0\s+0\s+0\s+none\s+none\s+5/1m\s+override\s+now\s*$`, out)
+	require.Regexp(t, `(?m)^"acme"\s+0\s+0\s+0\s+0\s+none\s+none\s+5/1m\s+override\s+now\s*$`, out)
 	out = ok(t, url, "tasks", "keys", "set", "billing/export", "acme", "--limit", "2", "--rate", "none")
-	require.Regexp(t, `(?m)^"acme"\s+0\s+0\s+0\s+2\s+override\s+none\s+override\s+now\s*$`, out)
+	require.Regexp(t, `(?m)^"acme"\s+0\s+0\s+0\s+0\s+2\s+override\s+none\s+override\s+now\s*$`, out)
 
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `

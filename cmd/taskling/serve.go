@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ type serveFlags struct {
 	tlsCert        string
 	tlsKey         string
 	allowedHosts   string
+	trustedProxies string
 	protectReads   bool
 	publicReads    bool
 	publicMetrics  bool
@@ -33,7 +35,7 @@ type serveFlags struct {
 func newServeCommand(e *env) *cobra.Command {
 	var f serveFlags
 	cmd := &cobra.Command{
-		Use:   "serve [--addr HOST:PORT] [--principals FILE] [--tls-cert FILE --tls-key FILE] [--allowed-hosts H,…] [--public-reads | --public-metrics]",
+		Use:   "serve [--addr HOST:PORT] [--principals FILE] [--tls-cert FILE --tls-key FILE] [--allowed-hosts H,…] [--trusted-proxies CIDR,…] [--public-reads | --public-metrics]",
 		Short: "Serve the HTTP JSON API, the web dashboard and /metrics",
 		Long: `Serve the HTTP JSON API (/api/v1/), the web dashboard (/) and Prometheus metrics (/metrics).
 
@@ -46,10 +48,20 @@ dashboard, /metrics) without a token; --public-metrics serves /metrics alone wit
 neither, the server is read-only and every read is public. An edit of the principals file takes
 effect within a second or two of the next request; a removed principal's sessions end.
 
---tls-cert and --tls-key (both or neither) serve HTTPS; session cookies are then Secure.
+--tls-cert and --tls-key (both or neither) serve HTTPS; session cookies are then Secure, and
+every response carries Strict-Transport-Security: max-age=31536000 (a year).
 Requests whose Host is not one of --allowed-hosts get 421 (default: the host of --addr unless
-it listens on every address, localhost, 127.0.0.1 and ::1; "*" allows any). After 10 refused sign-ins from one address within
-a minute, that address gets 429 for 60 s.
+it listens on every address, localhost, 127.0.0.1 and ::1; "*" allows any). A browser's sign-in,
+sign-out or change through its session from a page of another site gets 403: Sec-Fetch-Site
+other than same-origin or none, or an Origin not one of those hosts (with "*": not the request's
+Host). Behind a proxy that changes the Host, list its public name in --allowed-hosts.
+
+Only wrong tokens are throttled; a right one always passes. After 10 wrong tokens within a
+minute from one address (an IPv6 address by its /64), that address's wrong tokens get 429 for
+60 s; after 1000 from all addresses within a minute, every wrong token does. The address is the
+connection's; behind proxies listed in --trusted-proxies (CIDR ranges or addresses), it is
+read from X-Forwarded-For, right to left: the first address not in those ranges.
+A principal keeps at most 20 browser sessions: a sign-in past them ends its oldest.
 Stops on SIGINT or SIGTERM.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return e.serve(cmd.Context(), f) },
@@ -60,6 +72,7 @@ Stops on SIGINT or SIGTERM.`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM; with --tls-key)")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "the certificate's private key (PEM; with --tls-cert)")
 	fl.StringVar(&f.allowedHosts, "allowed-hosts", "", `host names requests may name (comma-separated; "*": any; default: the host of --addr unless it listens on every address, localhost, 127.0.0.1 and ::1)`)
+	fl.StringVar(&f.trustedProxies, "trusted-proxies", "", "CIDR ranges or addresses of the proxies in front of the server (comma-separated): behind them the client is read from X-Forwarded-For, right to left")
 	fl.BoolVar(&f.publicReads, "public-reads", false, "serve reads (API, dashboard, /metrics) without a token")
 	fl.BoolVar(&f.publicMetrics, "public-metrics", false, "serve /metrics without a token")
 	fl.BoolVar(&f.protectReads, "protect-reads", false, "deprecated: reads are protected whenever there are principals")
@@ -99,9 +112,12 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 	log, _ := zap.NewProduction()
 	defer func() { _ = log.Sync() }()
 	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, PrincipalsFile: f.principalsFile, AllowedHosts: hosts,
-		PublicReads: f.publicReads, PublicMetrics: f.publicMetrics, Logger: log, RefreshInterval: f.refresh})
+		TrustedProxies: splitList(f.trustedProxies), PublicReads: f.publicReads, PublicMetrics: f.publicMetrics, Logger: log, RefreshInterval: f.refresh})
 	if err != nil {
 		return usageErrorf("%v", err)
+	}
+	if tlsConfig != nil {
+		h = strictTransport(h)
 	}
 	ln, err := net.Listen("tcp", f.addr)
 	if err != nil {
@@ -137,6 +153,31 @@ func (e *env) serve(ctx context.Context, f serveFlags) error {
 		return err
 	}
 	return nil
+}
+
+// hstsMaxAge is the Strict-Transport-Security a server with --tls-cert sends: browsers that
+// saw it use HTTPS for the host for a year. Not includeSubDomains: the other hosts of the domain
+// are not the server's to decide.
+const hstsMaxAge = "max-age=31536000"
+
+// strictTransport sends Strict-Transport-Security on every response (only ever over TLS:
+// plain HTTP to the port is refused before any handler).
+func strictTransport(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Strict-Transport-Security", hstsMaxAge)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// splitList splits a comma-separated flag, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // serveTLS loads the certificate and its key: both or neither.
@@ -177,7 +218,7 @@ func serveHosts(addr, allowed string) ([]string, error) {
 		return nil, usageErrorf("--addr: %v", err)
 	}
 	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
-		hosts = append([]string{host}, hosts...)
+		hosts = append([]string{host}, slices.DeleteFunc(hosts, func(h string) bool { return h == host })...)
 	}
 	return hosts, nil
 }

@@ -96,6 +96,7 @@ func TestServeChecksTheHost(t *testing.T) {
 		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		resp.Body.Close()
+		require.Empty(t, resp.Header.Values("Strict-Transport-Security"), "never over plain HTTP")
 		return resp.StatusCode
 	}
 	base := serveInBackground(t, f.url, nil)
@@ -113,7 +114,8 @@ func TestServeChecksTheHost(t *testing.T) {
 
 // TestServeSpeaksTLS is issue 23 item 4: `taskling serve` had no TLS of its own. With
 // --tls-cert and --tls-key it serves HTTPS only, and the session cookie is Secure; one without
-// the other is a usage error.
+// the other is a usage error. And issue 40 item 9: every response over TLS carries
+// Strict-Transport-Security, so that a browser never tries plain HTTP to the host again.
 func TestServeSpeaksTLS(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -135,6 +137,13 @@ func TestServeSpeaksTLS(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Contains(t, resp.Header.Get("Set-Cookie"), "; Secure")
+	require.Equal(t, "max-age=31536000", resp.Header.Get("Strict-Transport-Security"))
+	for _, path := range []string{"/login", "/api/v1/tasks", "/static/dashboard.css", "/api/v1/nothing"} {
+		resp, err = client.Get(base + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, "max-age=31536000", resp.Header.Get("Strict-Transport-Security"), "%s: %d", path, resp.StatusCode)
+	}
 	resp, err = http.Get("http://" + strings.TrimPrefix(base, "https://") + "/api/v1/tasks")
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -146,4 +155,15 @@ func TestServeSpeaksTLS(t *testing.T) {
 	code, _, errOut = cli(t, f.url, "serve", "--addr", "127.0.0.1:0", "--tls-cert", certFile, "--tls-key", certFile)
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, errOut, "--tls-cert, --tls-key:")
+}
+
+// TestServeTrustedProxiesAreChecked: --trusted-proxies takes CIDR ranges and addresses; anything
+// else is a usage error naming it.
+func TestServeTrustedProxiesAreChecked(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	serveInBackground(t, f.url, nil, "--trusted-proxies", "10.0.0.0/8, 192.0.2.7,fd00::/8")
+	code, _, errOut := cli(t, f.url, "serve", "--addr", "127.0.0.1:0", "--trusted-proxies", "10.0.0.0/8,proxy.internal")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, errOut, `TrustedProxies: "proxy.internal" is not a CIDR range`)
 }

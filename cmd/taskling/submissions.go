@@ -215,7 +215,7 @@ func printSubmissions(e *env, subs []taskling.Submission) error {
 			position = fmt.Sprint(s.Position)
 		}
 		cells := []string{fmt.Sprint(s.ID), submissionStatusText(s), position, fmt.Sprint(s.Priority), fmt.Sprintf("%d/%d", s.Attempts, s.MaxAttempts),
-			submissionProgress(s), orDash(s.ReferenceValue), clock(s.SubmittedAt), orDash(shorten(s.LastError, 60))}
+			submissionProgress(s), orDash(shorten(s.ReferenceValue, 60)), clock(s.SubmittedAt), orDash(shorten(s.LastError, 60))}
 		if keyed {
 			cells = append(cells, fmt.Sprintf("%q", s.Key), fmt.Sprint(s.Cost))
 		}

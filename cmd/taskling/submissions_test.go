@@ -168,23 +168,9 @@ func TestSubmissionCommandsRefuseBadArguments(t *testing.T) {
 func TestTasksListShowsTheWaitingColumn(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	waited := make(chan error, 1)
-	go func() {
-		_, err := f.client.StartExecution(ctx, "billing", "export", &taskling.StartOptions{WaitForSlot: true})
-		waited <- err
-	}()
-	t.Cleanup(func() {
-		cancel()
-		require.ErrorIs(t, <-waited, context.Canceled)
-	})
-	require.Eventually(t, func() bool {
-		d, err := f.client.Task(context.Background(), "billing", "export")
-		require.NoError(t, err)
-		return d.Waiting == 1
-	}, 10*time.Second, 20*time.Millisecond)
+	f.waitForTheSlot(t)
 	out := ok(t, f.url, "tasks", "list")
-	require.Regexp(t, `(?m)^TASK\s+LIMIT\s+SOURCE\s+SLOTS\s+WAITING\s+ENABLED\s+LAST EXECUTION$`, out)
-	require.Regexp(t, `(?m)^billing/export\s+2\s+declared\s+2/2\s+1\s+yes \(declared\)\s+#\d+ blocked`, out)
-	require.Regexp(t, `(?m)^billing/import\s+unlimited\s+declared\s+0/unlimited\s+0\s+yes \(declared\)`, out)
+	require.Regexp(t, `(?m)^TASK\s+LIMIT\s+SOURCE\s+SLOTS\s+WAITING FOR SLOT\s+SUBMISSIONS QUEUED\s+ENABLED\s+LAST EXECUTION$`, out)
+	require.Regexp(t, `(?m)^billing/export\s+2\s+declared\s+2/2\s+1\s+0\s+yes \(declared\)\s+#\d+ blocked`, out)
+	require.Regexp(t, `(?m)^billing/import\s+unlimited\s+declared\s+0/unlimited\s+0\s+0\s+yes \(declared\)`, out)
 }

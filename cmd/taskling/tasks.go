@@ -65,13 +65,19 @@ func newTasksListCommand(e *env) *cobra.Command {
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "list [--q TEXT] [--app APP] [--status busy|at_limit|waiting|idle|retired] [--sort name|busy] [--limit N] [--cursor C]",
-		Short: "Tasks: limit in force and its source, slots used/total, starts waiting for a slot, last execution",
+		Short: "Tasks: limit in force and its source, slots used/total, starts waiting for a slot, submissions queued, last execution",
 		Long: `List the tasks, a page at a time (--limit, 50 by default), filtered and sorted like
 GET /api/v1/tasks: --q keeps the tasks whose APP/TASK contains the text (ignoring case), --app
 one application's, --status the busy (a slot in use), at_limit (every slot in use), waiting
 (starts queued for a slot) or idle ones, or the retired ones, which no other listing shows;
 --sort busy puts the tasks at their limit first, then the busiest. When more tasks follow, the
-last line gives the --cursor that lists them.`,
+last line gives the --cursor that lists them.
+
+WAITING FOR SLOT counts the starts waiting for a slot (WaitForSlot starts, Work's workers among
+them); SUBMISSIONS QUEUED the submissions waiting to start, which no start counts until a worker
+claims one (its start then waits for a slot and is counted in both). A task marked (internal),
+"APP/TASK [critical section]", is the critical section of APP/TASK: a mutex its executions take
+one at a time, which taskling keeps as a task of its own (docs/blocks.md).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			values := map[string]string{"q": f.q, "app": f.app, "status": f.status, "sort": f.sort, "limit": fmt.Sprint(limit), "cursor": f.cursor}
@@ -206,7 +212,7 @@ the first run. Each override changed is recorded in the task's changes ('tasks s
 	cmd.Flags().DurationVar(&threshold, "keep-alive-threshold", 0, "KeepAliveDeathThreshold: a holder silent this long is dead (e.g. 30s)")
 	cmd.Flags().StringVar(&keeps[0], "keep-completed", "", `KeepCompleted: keep completed executions this long ("14d", "36h" or "forever")`)
 	cmd.Flags().StringVar(&keeps[1], "keep-failed", "", "KeepFailed: keep failed and dead executions this long")
-	cmd.Flags().StringVar(&keeps[2], "keep-blocked", "", "KeepBlocked: keep denied starts this long")
+	cmd.Flags().StringVar(&keeps[2], "keep-blocked", "", "KeepBlocked: keep blocked starts (refused by a limit or a rate) this long")
 	cmd.Flags().StringVar(&by, "by", "", byUsage)
 	return cmd
 }
@@ -216,7 +222,7 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		_, err := fmt.Fprintln(e.stdout, "No tasks.")
 		return err
 	}
-	t := newTable(e.stdout, "TASK", "LIMIT", "SOURCE", "SLOTS", "WAITING", "ENABLED", "LAST EXECUTION")
+	t := newTable(e.stdout, "TASK", "LIMIT", "SOURCE", "SLOTS", "WAITING FOR SLOT", "SUBMISSIONS QUEUED", "ENABLED", "LAST EXECUTION")
 	for _, task := range tasks {
 		slots := fmt.Sprintf("%d/%s", task.SlotsUsed, limitText(task.SlotsTotal))
 		if task.SlotsRetiring > 0 {
@@ -230,7 +236,11 @@ func printTasks(e *env, tasks []httpapi.Task) error {
 		if task.Disagreement != nil && source == "declared" {
 			source = "declared (hosts disagree)"
 		}
-		t.row(task.Application+"/"+task.Task, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), enabledText(task), last)
+		name := task.Application + "/" + task.Task
+		if task.CriticalSectionOf != nil {
+			name += " (internal)"
+		}
+		t.row(name, limitText(task.Limit), source, slots, fmt.Sprint(task.Waiting), fmt.Sprint(task.QueuedSubmissions), enabledText(task), last)
 	}
 	return t.flush()
 }
@@ -281,6 +291,9 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 		declared = limitText(*d.DeclaredLimit) + " by " + deref(d.DeclaredBy)
 	}
 	fmt.Fprintf(w, "Task:      %s\n", terminalSafe(d.Application+"/"+d.Task.Task))
+	if of := d.CriticalSectionOf; of != nil {
+		fmt.Fprintf(w, "Internal:  the critical section of %s, a mutex its executions take one at a time\n", terminalSafe(d.Application+"/"+*of))
+	}
 	fmt.Fprintf(w, "Limit:     %s (%s)\n", limitText(d.Limit), d.LimitSource)
 	if g := d.Disagreement; g != nil {
 		declared += fmt.Sprintf("; %s declared %s until %s (hosts disagree: each grant obeys its requester's)", g.OtherHost, limitText(g.OtherLimit), clock(g.At))
@@ -292,16 +305,17 @@ func (e *env) showTask(ctx context.Context, c *taskling.Client, app, task string
 	}
 	fmt.Fprintf(w, "Slots:     %d/%s in use\n", d.SlotsUsed, limitText(d.SlotsTotal))
 	if d.Waiting > 0 && d.OldestWaitSince != nil {
-		fmt.Fprintf(w, "Waiting:   %d (oldest since %s)\n", d.Waiting, d.OldestWaitSince.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "Waiting:   %s for a slot (oldest since %s)\n", plural(d.Waiting, "start"), d.OldestWaitSince.UTC().Format(time.RFC3339))
 	} else {
-		fmt.Fprintf(w, "Waiting:   %d\n", d.Waiting)
+		fmt.Fprintf(w, "Waiting:   %s for a slot\n", plural(d.Waiting, "start"))
 	}
+	fmt.Fprintf(w, "Queued:    %s waiting to start\n", plural(d.QueuedSubmissions, "submission"))
 	if d.KeyLimitSource != "none" || d.KeysTotal > 0 {
 		keyLimit := "none"
 		if d.KeyLimit != nil {
 			keyLimit = fmt.Sprint(*d.KeyLimit)
 		}
-		fmt.Fprintf(w, "Key limit: %s (%s); %d keys waiting\n", keyLimit, d.KeyLimitSource, d.KeysWaiting)
+		fmt.Fprintf(w, "Key limit: %s (%s); %d keys with starts waiting for a slot\n", keyLimit, d.KeyLimitSource, d.KeysWaiting)
 	}
 	if d.RateSource != "none" || d.KeyRateSource != "none" {
 		fmt.Fprintf(w, "Rate:      %s (%s); next start allowed %s\n", rateText(d.Rate), d.RateSource, nextText(d.NextAllowedSeconds, d.NextAllowed))
@@ -368,6 +382,14 @@ func nextText(seconds float64, d string) string {
 		return "now"
 	}
 	return "in " + d
+}
+
+// plural writes n and its noun: "1 start", "0 starts".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // changesShown is how many of a task's last changes 'tasks show' prints.

@@ -33,9 +33,11 @@ principal removed (or given a new token) loses its sessions. These commands need
 		Use:   "add NAME --role read|operate --file FILE",
 		Short: "Make a token for a new principal: prints it once, appends its hash to FILE",
 		Long: `Make a new random token (32 bytes, base64url) for the principal NAME, append NAME, its role
-and the token's SHA-256 to FILE (created with mode 0600 if missing; rewritten 0600), and print
-the token on stdout. It is printed once and stored nowhere: give it to its holder. A NAME the
-file has already is refused: remove it first to give it a new token.`,
+and the token's SHA-256 to FILE, and print the token on stdout. It is printed once and stored
+nowhere: give it to its holder. A NAME the file has already is refused: remove it first to give
+it a new token. FILE is created with mode 0600 if missing; otherwise its text stays as it is, and
+the rewritten file keeps its owner, group and mode, less any bits for all users (a symlink is
+followed: the file it names is rewritten).`,
 		Args: exactArgs(1, "one argument, the principal's NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -45,10 +47,12 @@ file has already is refused: remove it first to give it a new token.`,
 			if err := principals.CheckRole(principals.Role(role)); err != nil {
 				return usageErrorf("--role: %v", err)
 			}
+			before, _ := os.Stat(file)
 			token, err := principals.Add(file, name, principals.Role(role))
 			if err != nil {
 				return err
 			}
+			noteWorldBits(e, file, before)
 			if e.output == "json" {
 				return printJSON(e.stdout, map[string]string{"name": name, "role": role, "token": token})
 			}
@@ -98,8 +102,14 @@ file has already is refused: remove it first to give it a new token.`,
 	remove := &cobra.Command{
 		Use:   "remove NAME --file FILE",
 		Short: "Remove a principal from FILE: its token stops working and its sessions end",
-		Args:  exactArgs(1, "one argument, the principal's NAME"),
+		Long: `Remove the principal NAME from FILE: its [[principal]] table goes, with the comment lines
+directly above its header, and the rest of the text stays, rewritten as 'tokens add' does
+(owner, group and mode kept, less any bits for all users). Its token stops working and its
+sessions end. A NAME FILE lacks exits 3; a NAME it has but not as a [[principal]] table this
+command can take out is an error that writes nothing: remove it by hand.`,
+		Args: exactArgs(1, "one argument, the principal's NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			before, _ := os.Stat(file)
 			err := principals.Remove(file, args[0])
 			if errors.Is(err, principals.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 				return &exitError{code: exitNotFound, err: err}
@@ -107,6 +117,7 @@ file has already is refused: remove it first to give it a new token.`,
 			if err != nil {
 				return err
 			}
+			noteWorldBits(e, file, before)
 			fmt.Fprintf(e.stderr, "taskling: principal %s removed from %s\n", args[0], file)
 			return nil
 		},
@@ -114,4 +125,13 @@ file has already is refused: remove it first to give it a new token.`,
 	fileFlag(remove)
 	cmd.AddCommand(add, list, remove)
 	return cmd
+}
+
+// noteWorldBits says so when a rewrite took away the bits for all users that the file had: a
+// server reading it as a user other than its owner must now be in its group.
+func noteWorldBits(e *env, file string, before os.FileInfo) {
+	if before != nil && before.Mode().Perm()&0o007 != 0 {
+		fmt.Fprintf(e.stderr, "taskling: %s was open to all users (mode %04o); it is now %04o: a server reading it as another user must be in its group\n",
+			file, before.Mode().Perm(), before.Mode().Perm()&^0o007)
+	}
 }

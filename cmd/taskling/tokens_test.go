@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/taskling-go/taskling/internal/principals"
 )
 
 // TestTokensAddListRemove: tokens add prints a new token once and appends its principal to the
@@ -39,4 +41,33 @@ func TestTokensAddListRemove(t *testing.T) {
 	code, _, _ = cli(t, "", "tokens", "remove", "alice", "--file", file)
 	require.Equal(t, exitNotFound, code)
 	require.Contains(t, ok(t, "", "-o", "json", "tokens", "list", "--file", file), `"name": "bob"`)
+}
+
+// TestTokensRemoveRevokesAPrincipalWhoseHeaderHasAComment is issue 40's case end to end: list
+// showed bob, whose header carries a comment, and remove said "no such principal" (exit 3)
+// while his token kept working. Remove also keeps the file's mode less world bits, and says so.
+func TestTokensRemoveRevokesAPrincipalWhoseHeaderHasAComment(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "principals.toml")
+	ok(t, "", "tokens", "add", "alice", "--role", "operate", "--file", file)
+	bob := strings.TrimSpace(ok(t, "", "tokens", "add", "bob", "--role", "read", "--file", file))
+	text, err := os.ReadFile(file)
+	require.NoError(t, err)
+	edited := strings.Replace(string(text), "\n[[principal]]\nname = \"bob\"", "\n[[principal]]  # contractor\nname = \"bob\"", 1)
+	require.NotEqual(t, string(text), edited)
+	require.NoError(t, os.WriteFile(file, []byte(edited), 0o600))
+	require.NoError(t, os.Chmod(file, 0o644))
+	require.Contains(t, ok(t, "", "tokens", "list", "--file", file), "\nbob ")
+
+	code, _, errOut := cli(t, "", "tokens", "remove", "bob", "--file", file)
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, errOut, "was open to all users (mode 0644); it is now 0640")
+	require.NotContains(t, ok(t, "", "tokens", "list", "--file", file), "bob")
+	ps, err := principals.Load(file)
+	require.NoError(t, err)
+	_, authenticated := principals.NewSet(ps, "").Authenticate(bob)
+	require.False(t, authenticated, "bob's token still works")
+	st, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o640), st.Mode().Perm())
 }

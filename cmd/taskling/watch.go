@@ -33,6 +33,9 @@ type watchState struct {
 	ended   bool
 	code    int
 	problem string // why it did not complete (its last error), printed at the end
+	// final is an ended run's progress as it ended, as a running state (nil: it has none): a
+	// run that ends between two reads is shown with it, not with the last read's.
+	final *watchState
 }
 
 // groupDigits writes n with a space every three digits: 1 000.
@@ -71,8 +74,14 @@ func running(done, total int64) watchState {
 	return s
 }
 
-func endedState(phase string, code int, problem string) watchState {
-	return watchState{phase: phase, text: phase, key: phase, ended: true, code: code, problem: problem}
+// endedState is a run that ended, with the progress it ended with.
+func endedState(phase string, code int, problem string, done, total int64) watchState {
+	s := watchState{phase: phase, text: phase, key: phase, ended: true, code: code, problem: problem}
+	if done > 0 || total > 0 {
+		final := running(done, total)
+		s.final = &final
+	}
+	return s
 }
 
 // submissionState is what a submission is doing.
@@ -87,11 +96,11 @@ func submissionState(s taskling.Submission) watchState {
 	case taskling.SubmissionInProgress:
 		return running(s.ItemsDone, s.ItemsTotal)
 	case taskling.SubmissionCompleted:
-		return endedState("completed", watchCompleted, "")
+		return endedState("completed", watchCompleted, "", s.ItemsDone, s.ItemsTotal)
 	case taskling.SubmissionCancelled:
-		return endedState("cancelled", watchFailed, s.CancelReason)
+		return endedState("cancelled", watchFailed, s.CancelReason, s.ItemsDone, s.ItemsTotal)
 	}
-	return endedState(string(s.Status), watchFailed, s.LastError) // dead
+	return endedState(string(s.Status), watchFailed, s.LastError, s.ItemsDone, s.ItemsTotal) // dead
 }
 
 // executionState is what an execution is doing.
@@ -100,9 +109,9 @@ func executionState(x taskling.ExecutionDetail) watchState {
 	case taskling.StatusInProgress:
 		return running(x.ItemsDone, x.ItemsTotal)
 	case taskling.StatusCompleted:
-		return endedState("completed", watchCompleted, "")
+		return endedState("completed", watchCompleted, "", x.ItemsDone, x.ItemsTotal)
 	case taskling.StatusBlocked:
-		return endedState("blocked", watchFailed, x.BlockedReason)
+		return endedState("blocked", watchFailed, x.BlockedReason, 0, 0)
 	}
 	problem := ""
 	for _, ev := range x.Events {
@@ -110,7 +119,7 @@ func executionState(x taskling.ExecutionDetail) watchState {
 			problem = ev.Message
 		}
 	}
-	return endedState(string(x.Status), watchFailed, problem) // failed or dead
+	return endedState(string(x.Status), watchFailed, problem, x.ItemsDone, x.ItemsTotal) // failed or dead
 }
 
 // watchView draws the states: on a terminal, one line redrawn in place, its phases joined by
@@ -128,6 +137,13 @@ type watchView struct {
 const maxTrail = 3
 
 func (v *watchView) show(s watchState) {
+	if s.ended && s.final != nil && v.current.phase == "running" {
+		// It ended between two reads: its running phase shows the progress it ended with.
+		v.current = *s.final
+		if !v.terminal {
+			v.plainLine(*s.final)
+		}
+	}
 	if s.phase != v.current.phase && v.current.phase != "" {
 		v.trail = append(v.trail, v.current.text)
 		if len(v.trail) > maxTrail {
@@ -136,16 +152,21 @@ func (v *watchView) show(s watchState) {
 	}
 	v.current = s
 	if !v.terminal {
-		if s.key != v.shown {
-			v.shown = s.key
-			fmt.Fprintln(v.w, terminalSafe(s.text))
-		}
+		v.plainLine(s)
 		return
 	}
 	line := strings.Join(append(append([]string(nil), v.trail...), strings.TrimSpace(s.text+" "+s.bar)), " → ")
 	fmt.Fprint(v.w, "\r\x1b[2K"+terminalSafe(line))
 	if s.ended {
 		fmt.Fprintln(v.w)
+	}
+}
+
+// plainLine prints s off a terminal, if it differs from the line printed last.
+func (v *watchView) plainLine(s watchState) {
+	if s.key != v.shown {
+		v.shown = s.key
+		fmt.Fprintln(v.w, terminalSafe(s.text))
 	}
 }
 

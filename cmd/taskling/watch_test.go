@@ -227,6 +227,37 @@ func TestWatchViewRedrawsOneLineOnATerminal(t *testing.T) {
 	require.Equal(t, "999", groupDigits(999))
 }
 
+// TestWatchEndsWithTheProgressTheRunEndedWith is issue 40: a run that completed between two
+// reads stayed at the last read's 95 % on the terminal's last line. The running phase now shows
+// the progress the run ended with, on a terminal and off one.
+func TestWatchEndsWithTheProgressTheRunEndedWith(t *testing.T) {
+	t.Parallel()
+	var term, plain strings.Builder
+	tv, pv := &watchView{w: &term, terminal: true}, &watchView{w: &plain}
+	for _, x := range []taskling.ExecutionDetail{
+		{ExecutionInfo: taskling.ExecutionInfo{Status: taskling.StatusInProgress, ItemsDone: 950, ItemsTotal: 1000}},
+		{ExecutionInfo: taskling.ExecutionInfo{Status: taskling.StatusCompleted, ItemsDone: 1000, ItemsTotal: 1000}},
+	} {
+		tv.show(executionState(x))
+		pv.show(executionState(x))
+	}
+	frames := strings.Split(term.String(), "\r\x1b[2K")
+	require.Equal(t, "running 100 % (1 000 of 1 000 items) → completed\n", frames[len(frames)-1])
+	require.Equal(t, "running 95 % (950 of 1 000 items)\nrunning 100 % (1 000 of 1 000 items)\ncompleted\n", plain.String())
+
+	// A run that failed shows where it stopped; one without progress shows none.
+	var failed strings.Builder
+	fv := &watchView{w: &failed, terminal: true}
+	fv.show(running(350, 1000))
+	fv.show(executionState(taskling.ExecutionDetail{ExecutionInfo: taskling.ExecutionInfo{Status: taskling.StatusFailed, ItemsDone: 400, ItemsTotal: 1000}}))
+	require.True(t, strings.HasSuffix(failed.String(), "\r\x1b[2Krunning 40 % (400 of 1 000 items) → failed\n"), failed.String())
+	var bare strings.Builder
+	bv := &watchView{w: &bare, terminal: true}
+	bv.show(running(0, 0))
+	bv.show(executionState(taskling.ExecutionDetail{ExecutionInfo: taskling.ExecutionInfo{Status: taskling.StatusCompleted}}))
+	require.True(t, strings.HasSuffix(bare.String(), "\r\x1b[2Krunning → completed\n"), bare.String())
+}
+
 // TestCleanupProgressSumsEveryTask: a cleanup running for more than a second shows the rows
 // deleted over every task so far, their rate and the task in progress, at most once a second.
 func TestCleanupProgressSumsEveryTask(t *testing.T) {

@@ -88,6 +88,13 @@ func TestAnImportKilledMidRunResumesWhereItStopped(t *testing.T) {
 		t.Fatalf("%d blocks in progress at the kill (%v); want 1", len(started), started)
 	}
 	inProgress := started[0]
+	var notStarted, failed []int64 // taken by run 1 but never started; failed by run 1
+	if err := queryInts(ctx, pool, &notStarted, `SELECT id FROM taskling.block WHERE status = 1 ORDER BY id`); err != nil {
+		t.Fatal(err)
+	}
+	if err := queryInts(ctx, pool, &failed, `SELECT id FROM taskling.block WHERE status = 4 ORDER BY id`); err != nil {
+		t.Fatal(err)
+	}
 	counts := map[int16]int{}
 	for _, it := range atKill {
 		counts[it.status]++
@@ -174,6 +181,33 @@ func TestAnImportKilledMidRunResumesWhereItStopped(t *testing.T) {
 	if a := attempts[inProgress]; !slices.Equal(a, want) || len(a) < 2 || a[len(a)-1].status != 3 {
 		t.Errorf("block %d, in progress at the kill: attempts %v; want attempt 1 by execution %d left started, then execution %d's, the last completed",
 			inProgress, a, exec1, exec2)
+	}
+	// Run 2 takes the dead blocks never started first, then the one started (in progress at the
+	// kill), then the failed ones (docs/blocks.md, "What an execution gets"; the README's sample).
+	turn := map[int64]int{}
+	for i, m := range regexp.MustCompile(`(?m)block (\d+) attempt \d+:`).FindAllStringSubmatch(out2, -1) {
+		id, _ := strconv.ParseInt(m[1], 10, 64)
+		if _, ok := turn[id]; !ok {
+			turn[id] = i
+		}
+	}
+	if len(notStarted) == 0 || len(failed) == 0 {
+		t.Errorf("at the kill: blocks never started %v, failed %v; want some of each", notStarted, failed)
+	}
+	for _, id := range append(append([]int64{inProgress}, notStarted...), failed...) {
+		if _, ok := turn[id]; !ok {
+			t.Errorf("run 2 did not take block %d", id)
+		}
+	}
+	for _, id := range notStarted {
+		if turn[id] >= turn[inProgress] {
+			t.Errorf("run 2 took block %d (never started) at turn %d, after block %d (started, in progress at the kill) at turn %d", id, turn[id], inProgress, turn[inProgress])
+		}
+	}
+	for _, id := range failed {
+		if turn[id] <= turn[inProgress] {
+			t.Errorf("run 2 took block %d (failed) at turn %d, before block %d (in progress at the kill) at turn %d", id, turn[id], inProgress, turn[inProgress])
+		}
 	}
 	retriedFromRun1, retriedByRun2 := 0, 0
 	for id, as := range attempts {
@@ -294,9 +328,9 @@ func startProgram(t *testing.T, ctx context.Context, dbURL string, args ...strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &program{cmd: exec.CommandContext(ctx, self, append([]string{"-database-url", dbURL}, args...)...),
-		out: &testutil.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "BLOCKS_RUN_MAIN=1")
+	p := &program{cmd: exec.CommandContext(ctx, self, args...), out: &testutil.SyncBuffer{}, done: make(chan struct{})}
+	// The URL in the environment: on a command line, anyone could read its password (ps).
+	p.cmd.Env = append(os.Environ(), "BLOCKS_RUN_MAIN=1", "TASKLING_DATABASE_URL="+dbURL)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

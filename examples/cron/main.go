@@ -117,7 +117,7 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 	fmt.Printf("== 3 scheduler processes, task %s/%s, spec %q, for %s; the host running the job is killed with SIGKILL mid-run, then restarted\n", app, task, spec, duration)
 	runs := &runTracker{running: map[string]run{}}
 	start := func(name string) (*exec.Cmd, error) {
-		cmd := exec.CommandContext(ctx, self, "-scheduler", "-database-url", db.URL, "-name", name)
+		cmd := schedulerCommand(ctx, self, db.URL, name)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return nil, err
@@ -163,6 +163,14 @@ func launch(ctx context.Context, serverURL string, duration time.Duration) error
 		_ = cmd.Wait()
 	}
 	return report(ctx, db.URL, victim, instant)
+}
+
+// schedulerCommand is one scheduler host of the launcher. The database URL, password and all,
+// goes in its environment: a command line is anyone's to read (ps).
+func schedulerCommand(ctx context.Context, self, dbURL, name string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, self, "-scheduler", "-name", name)
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL)
+	return cmd
 }
 
 // runTracker follows the hosts' output: which host is running the job, for which instant.
@@ -249,9 +257,21 @@ func report(ctx context.Context, dbURL, victim, killedInstant string) error {
 		return err
 	}
 	for _, e := range events {
-		fmt.Printf("schedule event: %s %s\n", e.Kind, e.Detail)
+		fmt.Println("schedule event:", describeEvent(e))
 	}
 	return nil
+}
+
+// describeEvent is a schedule event in words: its detail where it has one (a registration or a
+// change, which names itself), else its kind and the instants it covers.
+func describeEvent(e taskling.ScheduleEvent) string {
+	if e.Detail != "" {
+		return e.Detail
+	}
+	if e.Instants == 0 {
+		return string(e.Kind)
+	}
+	return fmt.Sprintf("%s %d instants, %s to %s", e.Kind, e.Instants, e.First.Format("15:04:05"), e.Last.Format("15:04:05"))
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -6,10 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 )
 
 // TestKillingTheRunningHostHandsTheNextInstantToAnother is issue 15 item 3: the example killed a
@@ -23,13 +25,49 @@ func TestKillingTheRunningHostHandsTheNextInstantToAnother(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	dbURL := pgtest.DatabaseURL(t)
 	cmd := exec.CommandContext(ctx, bin, "-duration", "12s")
-	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+pgtest.DatabaseURL(t))
-	out, err := cmd.CombinedOutput()
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL)
+	var buf testutil.SyncBuffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// The scheduler processes' command lines, as ps shows them while they run (issue 40: they
+	// held the database URL, password and all).
+	seen := map[string]bool{}
+	var err error
+watch:
+	for {
+		lines, perr := testutil.DescendantCommandLines(cmd.Process.Pid)
+		if perr != nil {
+			t.Fatal(perr)
+		}
+		for _, l := range lines {
+			seen[l] = true
+		}
+		select {
+		case err = <-exited:
+			break watch
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	out := []byte(buf.String())
 	if err != nil {
 		t.Fatalf("cron: %v\n%s", err, out)
 	}
+	var commandLines []string
+	for l := range seen {
+		commandLines = append(commandLines, l)
+	}
+	testutil.RequireNoDatabaseURL(t, dbURL, commandLines)
+	if schedulers := strings.Count(strings.Join(commandLines, "\n"), " -scheduler "); schedulers < 3 {
+		t.Errorf("saw %d scheduler processes' command lines; want the 3 (and the restarted one):\n%s", schedulers, strings.Join(commandLines, "\n"))
+	}
 	for _, want := range []string{
+		`(?m)^schedule event: registered "\*/3 \* \* \* \* \*" in Europe/London$`, // once "registered registered …"
 		`-- kill -9 h\d, in the middle of its run for \d\d:\d\d:\d\d`,
 		`\d\d:\d\d:\d\d  (h\d)  dead  <- killed mid-run`,
 		`\d\d:\d\d:\d\d  h\d  completed  <- the next instant, taken by another host`,

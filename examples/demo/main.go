@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -76,8 +77,7 @@ func run(ctx context.Context, serverURL string) error {
 	errs := make(chan error, workers)
 	for i := 1; i <= workers; i++ {
 		name := fmt.Sprintf("w%d", i)
-		cmd := exec.CommandContext(ctx, bin, "-database-url", dbURL, "-name", name, "-app", app, "-task", task,
-			"-limit", "2", "-runs", "3", "-items", "10", "-item-time", "150ms")
+		cmd := workerCommand(ctx, bin, dbURL, name)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			return err
@@ -114,16 +114,27 @@ func run(ctx context.Context, serverURL string) error {
 	return report(ctx, operator)
 }
 
+// workerCommand is one worker process (examples/worker). The database URL, password and all,
+// goes in its environment: a command line is anyone's to read (ps).
+func workerCommand(ctx context.Context, bin, dbURL, name string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, "-name", name, "-app", app, "-task", task,
+		"-limit", "2", "-runs", "3", "-items", "10", "-item-time", "150ms")
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL)
+	return cmd
+}
+
 func ptr[T any](v T) *T { return &v }
+
+// span is one execution's hold of a slot.
+type span struct {
+	id, fence  int64
+	host       string
+	start, end time.Time
+}
 
 // report prints the slot timeline and the execution history, both from the public API (times
 // on the database clock).
 func report(ctx context.Context, client *taskling.Client) error {
-	type span struct {
-		id, fence  int64
-		host       string
-		start, end time.Time
-	}
 	infos, err := client.LastExecutions(ctx, app, task, 200)
 	if err != nil {
 		return err
@@ -142,30 +153,14 @@ func report(ctx context.Context, client *taskling.Client) error {
 	if len(spans) == 0 {
 		return errors.New("no execution held a slot")
 	}
-	sort.Slice(spans, func(a, b int) bool { return spans[a].start.Before(spans[b].start) })
-	t0 := spans[0].start
 	detail, err := client.Task(ctx, app, task)
 	if err != nil {
 		return err
 	}
 	raisedAt := detail.OverridesUpdatedAt
-
-	fmt.Println("Who held a slot when (seconds on the database clock; '#' = holding):")
-	const width, scale = 60, 0.2 // one column per 200 ms
-	raiseCol := int(raisedAt.Sub(t0).Seconds() / scale)
-	for _, s := range spans {
-		line := []byte(strings.Repeat(" ", width))
-		from, to := int(s.start.Sub(t0).Seconds()/scale), int(s.end.Sub(t0).Seconds()/scale)
-		for c := from; c <= to && c < width; c++ {
-			line[c] = '#'
-		}
-		if raiseCol >= 0 && raiseCol < width && line[raiseCol] == ' ' {
-			line[raiseCol] = '|'
-		}
-		fmt.Printf("  %-3s exec %-3d fence %-3d %5.2f–%5.2f |%s|\n", s.host, s.id, s.fence,
-			s.start.Sub(t0).Seconds(), s.end.Sub(t0).Seconds(), line)
+	for _, line := range chart(spans, raisedAt, chartWidth) {
+		fmt.Println(line)
 	}
-	fmt.Printf("  ('|' marks the raise at %.2fs)\n", raisedAt.Sub(t0).Seconds())
 
 	before, after := maxOverlap(spans, func(s span) (time.Time, time.Time) { return s.start, s.end }, raisedAt)
 	fmt.Printf("\nMost slots held at once: %d before the raise (limit 2), %d after it (limit 3).\n\n", before, after)
@@ -185,6 +180,46 @@ func report(ctx context.Context, client *taskling.Client) error {
 	}
 	fmt.Printf("(%d blocked attempts: workers waited for a slot instead of failing)\n", blocked)
 	return nil
+}
+
+// chartWidth is the chart's width in columns, whatever the run's length.
+const chartWidth = 60
+
+// chart draws who held a slot when: a row per span, in start order, its columns '#' while it
+// held the slot, and ':' down the column of the raise (raisedAt; none if zero or outside the
+// run). The columns share the run, from the first start to the last end, so the chart is full
+// whatever the run's length.
+func chart(spans []span, raisedAt time.Time, width int) []string {
+	spans = slices.Clone(spans)
+	sort.Slice(spans, func(a, b int) bool { return spans[a].start.Before(spans[b].start) })
+	t0, last := spans[0].start, spans[0].end
+	for _, s := range spans {
+		if s.end.After(last) {
+			last = s.end
+		}
+	}
+	step := max(last.Sub(t0)/time.Duration(width), time.Nanosecond)
+	col := func(t time.Time) int { return min(int(t.Sub(t0)/step), width-1) }
+	raiseCol := -1
+	if !raisedAt.IsZero() && !raisedAt.Before(t0) && !raisedAt.After(last) {
+		raiseCol = col(raisedAt)
+	}
+	lines := []string{fmt.Sprintf("Who held a slot when (seconds on the database clock; a column is %.2fs, '#' holding):", step.Seconds())}
+	for _, s := range spans {
+		row := []byte(strings.Repeat(" ", width))
+		for c := col(s.start); c <= col(s.end); c++ {
+			row[c] = '#'
+		}
+		if raiseCol >= 0 && row[raiseCol] == ' ' {
+			row[raiseCol] = ':'
+		}
+		lines = append(lines, fmt.Sprintf("  %-3s exec %-3d fence %-3d %5.2f–%5.2f |%s|", s.host, s.id, s.fence,
+			s.start.Sub(t0).Seconds(), s.end.Sub(t0).Seconds(), row))
+	}
+	if raiseCol >= 0 {
+		lines = append(lines, fmt.Sprintf("  (':' marks the raise of the limit, at %.2fs)", raisedAt.Sub(t0).Seconds()))
+	}
+	return lines
 }
 
 // maxOverlap returns the most intervals open at once before and after t.

@@ -29,11 +29,11 @@ func both(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"-database-url", db.URL}
+	var args []string
 	if cfg.link {
 		args = append(args, "-link")
 	}
-	subOut, subErr, err := child(ctx, self, append(args, "-role", "submitter")...)
+	subOut, subErr, err := child(ctx, self, db.URL, append(args, "-role", "submitter")...)
 	if err != nil {
 		return fmt.Errorf("submitter: %w\n%s", err, subErr)
 	}
@@ -42,7 +42,7 @@ func both(ctx context.Context, cfg config) error {
 		return fmt.Errorf("submitter printed no submission:\n%s", subErr)
 	}
 	fmt.Printf("submitter: submission %s under trace %s\n", m[1], m[2])
-	workOut, workErr, err := child(ctx, self, append(args, "-role", "worker", "-submission", m[1])...)
+	workOut, workErr, err := child(ctx, self, db.URL, append(args, "-role", "worker", "-submission", m[1])...)
 	if err != nil {
 		return fmt.Errorf("worker: %w\n%s", err, workErr)
 	}
@@ -62,15 +62,23 @@ func both(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// child runs this program again and returns its stdout and stderr.
-func child(ctx context.Context, self string, args ...string) (string, string, error) {
+// child runs this program again on the database of dbURL and returns its stdout and stderr.
+func child(ctx context.Context, self, dbURL string, args ...string) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, self, args...)
+	cmd := childCommand(ctx, self, dbURL, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	return out.String(), errOut.String(), err
+}
+
+// childCommand is a process of -role both. The database URL, password and all, goes in its
+// environment: a command line is anyone's to read (ps).
+func childCommand(ctx context.Context, self, dbURL string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, self, args...)
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL)
+	return cmd
 }
 
 // span is what the tree needs of a span that stdouttrace printed.

@@ -8,12 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 )
 
 var (
@@ -103,5 +105,18 @@ func TestTheExampleExportsOverOTLP(t *testing.T) {
 	}
 	if n := posts.Load(); n < 2 {
 		t.Errorf("the collector got %d OTLP posts; want one from each process at least", n)
+	}
+}
+
+// TestChildrenGetTheDatabaseInTheirEnvironment is issue 40: the submitter and the worker got
+// the database URL, password and all, on their command lines, which anyone on the machine can
+// read (ps). It goes in their environment.
+func TestChildrenGetTheDatabaseInTheirEnvironment(t *testing.T) {
+	t.Parallel()
+	const dbURL = "postgres://postgres:s3cret@127.0.0.1:5432/test_x?sslmode=disable"
+	cmd := childCommand(context.Background(), "/bin/telemetry", dbURL, "-role", "submitter")
+	testutil.RequireNoDatabaseURL(t, dbURL, []string{strings.Join(cmd.Args, " ")})
+	if got := cmd.Env[len(cmd.Env)-1]; got != "TASKLING_DATABASE_URL="+dbURL { // the last value of a name wins
+		t.Errorf("the child's environment ends with %q; want its database", got)
 	}
 }

@@ -132,8 +132,7 @@ func launch(ctx context.Context, cfg config) error {
 	}()
 	for i := 1; i <= workers; i++ {
 		name := fmt.Sprintf("worker-%d", i)
-		cmd := exec.CommandContext(ctx, self, "-role", "worker", "-name", name, "-database-url", db.URL,
-			"-line-delay", cfg.lineDelay.String(), "-drain", cfg.drain.String(), "-stdin-lifeline")
+		cmd := workerCommand(ctx, self, db.URL, name, cfg)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		// Stop it as SIGTERM would: it finishes its job first.
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -165,6 +164,15 @@ func launch(ctx context.Context, cfg config) error {
 		return err
 	}
 	return nil
+}
+
+// workerCommand is one worker process of -role all. The database URL, password and all, goes
+// in its environment: a command line is anyone's to read (ps).
+func workerCommand(ctx context.Context, self, dbURL, name string, cfg config) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, self, "-role", "worker", "-name", name,
+		"-line-delay", cfg.lineDelay.String(), "-drain", cfg.drain.String(), "-stdin-lifeline")
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL)
+	return cmd
 }
 
 func runWeb(ctx context.Context, cfg config) error {

@@ -46,7 +46,8 @@ func TestSecondUploadWaitsWhileFirstRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, self, "-addr", "127.0.0.1:0", "-line-delay", "20ms", "-max-upload", "4096", "-stdin-lifeline")
-	cmd.Env = append(os.Environ(), "WEBJOBS_RUN_MAIN=1", "TASKLING_DATABASE_URL="+pgtest.DatabaseURL(t))
+	dbURL := pgtest.DatabaseURL(t)
+	cmd.Env = append(os.Environ(), "WEBJOBS_RUN_MAIN=1", "TASKLING_DATABASE_URL="+dbURL)
 	var out testutil.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -72,6 +73,17 @@ func TestSecondUploadWaitsWhileFirstRuns(t *testing.T) {
 
 	base := waitForURL(t, &out, exited)
 	app := &appClient{t: t, base: base}
+
+	// The workers' command lines, as ps shows them (issue 40: they held the database URL,
+	// password and all).
+	lines, err := testutil.DescendantCommandLines(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RequireNoDatabaseURL(t, dbURL, lines)
+	if n := strings.Count(strings.Join(lines, "\n"), " -role worker "); n != workers {
+		t.Errorf("saw %d worker processes; want %d:\n%s", n, workers, strings.Join(lines, "\n"))
+	}
 
 	// Bad requests.
 	app.expectUploadError("empty.csv", "", http.StatusBadRequest, "the file is empty")

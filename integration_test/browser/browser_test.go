@@ -27,6 +27,7 @@ import (
 	"github.com/taskling-go/taskling/dashboard"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
 	"github.com/taskling-go/taskling/internal/devtools/testutil"
+	"github.com/taskling-go/taskling/internal/principals"
 	"github.com/taskling-go/taskling/taskling"
 )
 
@@ -132,7 +133,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	row := text(t, bctx, `table.tasks tbody`)
 	require.Contains(t, row, "billing/export")
 	require.Contains(t, row, "1 / 1")
-	require.Contains(t, row, "1 waiting", "the queue for the slot shows")
+	require.Contains(t, row, "1 waiting for a slot", "the queue for the slot shows")
 	screenshot(t, bctx, "dashboard-tasks.png")
 
 	// The task page's progress bar moves with the auto-refresh.
@@ -149,7 +150,7 @@ func TestDashboardInARealBrowser(t *testing.T) {
 	}
 	require.Greater(t, moved, first, "the progress bar moves without reloading the page")
 	waiting := text(t, bctx, `#waiting`)
-	require.Contains(t, waiting, "1 (the oldest since ", "the task page shows the queue")
+	require.Contains(t, waiting, "1 start (the oldest since ", "the task page shows the queue")
 	stopWaiting() // before the limit is raised, so that the slots counted below are known
 	<-waited
 
@@ -542,7 +543,7 @@ func TestTaskTimelineInARealBrowser(t *testing.T) {
 	require.Equal(t, []string{"denials", "grants", "reclaims"}, got.Series)
 	require.Greater(t, got.Rates, 10)
 	require.Contains(t, got.ChartText, "13 granted")
-	require.Contains(t, got.ChartText, "1 denied")
+	require.Contains(t, got.ChartText, "1 blocked")
 	require.Contains(t, got.ChartText, "1 reclaimed")
 	screenshot(t, bctx, "task-timeline.png")
 	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
@@ -834,4 +835,384 @@ func TestTheSignInFormKeepsWhatIsTyped(t *testing.T) {
 	typed, err = chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("rate-input").value`))
 	require.NoError(t, err)
 	require.Equal(t, "30/1m", typed, "a field being filled in survives the refresh")
+}
+
+// TestStoredValuesShowWholeOrCutInARealBrowser is issue 40 item 1 on the dashboard: a page wrote
+// a stored value or text escaped for HTML, < as &lt;, so a value full of them made the page four
+// times its size. A header, a checkpoint and a block message holding ordinary text show whole, as
+// stored; ones full of < (stored with SQL) show their beginning ending with "…", the block
+// message's cell a preview and its tooltip the longer beginning.
+func TestStoredValuesShowWholeOrCutInARealBrowser(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	browser := chromium(t)
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: fast})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{PublicReads: true, RefreshInterval: time.Hour})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	const plain = `say "hi" <b> & 'bye' + more`
+	lts := strings.Repeat("<", 20000)
+	ids := map[string]int64{}
+	for _, kind := range []string{"plain", "lts"} {
+		e, err := client.StartExecution(ctx, "ledger", "import", &taskling.StartOptions{Header: map[string]string{"note": plain}})
+		require.NoError(t, err)
+		require.NoError(t, e.Checkpoint(ctx, plain))
+		blocks, err := e.ObjectBlocks(ctx, []any{1}, nil)
+		require.NoError(t, err)
+		require.NoError(t, blocks[0].Start(ctx))
+		require.NoError(t, blocks[0].Fail(ctx, plain))
+		require.NoError(t, e.Complete(ctx))
+		ids[kind] = e.ID()
+		if kind == "lts" {
+			for _, q := range []string{
+				`UPDATE taskling.task_execution SET header = jsonb_build_array($1::text) WHERE id = $2`,
+				`UPDATE taskling.task_execution_event SET message = $1 WHERE execution_id = $2 AND message IS NOT NULL`,
+				`UPDATE taskling.block_attempt SET message = $1 WHERE execution_id = $2`,
+			} {
+				_, err := pool.Exec(ctx, q, lts, e.ID())
+				require.NoError(t, err)
+			}
+		}
+	}
+
+	bctx := openBrowser(t, browser, time.Minute)
+	open := func(id int64) {
+		navigate(t, bctx, srv.URL+"/executions/"+strconv.FormatInt(id, 10))
+		require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#execution-events`))))
+	}
+	open(ids["plain"])
+	require.Equal(t, `{"note": "say \"hi\" <b> & 'bye' + more"}`, text(t, bctx, `#execution-header`), "as stored")
+	require.Contains(t, text(t, bctx, `#execution-events`), plain)
+	require.Equal(t, plain, text(t, bctx, `#execution-blocks .reason`))
+	title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#execution-blocks .reason`), "title"))
+	require.NoError(t, err)
+	require.Equal(t, plain, title.Value)
+
+	open(ids["lts"])
+	header := text(t, bctx, `#execution-header`)
+	require.True(t, strings.HasPrefix(header, `["<<<`) && strings.HasSuffix(header, "<…"), "%.100s", header)
+	require.Less(t, len(header), 2*len(lts)/4+256, "at most twice the stored size once escaped: a quarter of the <")
+	events := text(t, bctx, `#execution-events`)
+	require.Contains(t, events, "<<<…")
+	require.NotContains(t, events, lts)
+	cell := text(t, bctx, `#execution-blocks .reason`)
+	require.True(t, strings.HasSuffix(cell, "<…") && len(cell) < 256/4+8, "a preview: %q", cell)
+	title, err = chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`#execution-blocks .reason`), "title"))
+	require.NoError(t, err)
+	require.True(t, strings.HasSuffix(title.Value, "<…") && len(title.Value) > len(cell) && len(title.Value) <= (2*len(lts)+256)/4+len("…"), "the tooltip: %.100s", title.Value)
+	size, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.outerHTML.length`))
+	require.NoError(t, err)
+	require.Less(t, size, 4*2*len(lts)+16<<10, "the page: twice each of the 4 values shown, and the page around them")
+	t.Logf("browser test ran in %s", time.Since(began).Round(10*time.Millisecond))
+}
+
+// TestDotSegmentsInARealBrowser is issue 40 item 8 in Chromium, which removes a "." or ".." path
+// segment from a URL even percent-encoded (so a task named ".." was linked to another page, and
+// the key form with key "." sent PUT …/keys/, changing the empty key): the link to a task named
+// so (made before such names were refused) reaches its own page, whose forms change it; the key
+// form with key "." overrides key "." and leaves the empty key alone.
+func TestDotSegmentsInARealBrowser(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	ctx := context.Background()
+	pool, client, srv := serveDashboard(t, 4)
+	_, err := pool.Exec(ctx, `INSERT INTO taskling.task_definition (application_name, task_name) VALUES ('dotapp', '..')`)
+	require.NoError(t, err)
+	for _, task := range []string{"..", "export"} {
+		require.NoError(t, client.Run(ctx, "dotapp", task, func(context.Context, *taskling.Execution) error { return nil }, nil))
+	}
+
+	bctx := openBrowser(t, browser, 45*time.Second)
+	signIn(t, bctx, srv.URL)
+	// Why the path cannot carry the name: Chromium drops the segment, encoded or not.
+	resolved, err := chromedp.Run(bctx, chromedp.Evaluate[string](`new URL("tasks/dotapp/%2E%2E", location.href).pathname`))
+	require.NoError(t, err)
+	require.Equal(t, "/tasks/", resolved)
+
+	_, err = chromedp.Run(bctx, chromedp.Evaluate[bool](`(Array.from(document.querySelectorAll("table.tasks a")).find(function (a) {
+		return a.textContent === "dotapp/..";
+	}).click(), true)`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // the page is loading: its script context changes
+		ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.readyState === "complete" && !!document.getElementById("limit-input") &&
+			document.querySelector("h1").textContent.trim() === "dotapp/.."`))
+		return err == nil && ok
+	}, 10*time.Second, 50*time.Millisecond, "the link leads to the task's own page")
+	href, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.pathname + location.search`))
+	require.NoError(t, err)
+	require.Equal(t, "/task?app=dotapp&task=..", href)
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.SetValue(chromedp.CSS(`#limit-input`), "3"),
+		chromedp.Click(chromedp.CSS(`#set-limit`)),
+	))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("form-status").textContent === "saved: limit 3 (override)"`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the page's form changes its own task")
+	d, err := client.Task(ctx, "dotapp", "..")
+	require.NoError(t, err)
+	require.Equal(t, 3, d.Limit)
+	d, err = client.Task(ctx, "dotapp", "export")
+	require.NoError(t, err)
+	require.Equal(t, 4, d.Limit, "and no other")
+
+	navigate(t, bctx, srv.URL+"/tasks/dotapp/export")
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.WaitVisible(chromedp.CSS(`#key-input`)),
+		chromedp.SetValue(chromedp.CSS(`#key-input`), "."),
+		chromedp.SetValue(chromedp.CSS(`#key-limit-input`), "2"),
+		chromedp.Click(chromedp.CSS(`#set-key-limit`)),
+	))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("key-form-status").textContent.indexOf("saved") === 0`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the key form saved")
+	d, err = client.Task(ctx, "dotapp", "export")
+	require.NoError(t, err)
+	require.Len(t, d.Keys, 1, "key . overridden, the empty key left alone: %+v", d.Keys)
+	require.Equal(t, [3]any{".", 2, taskling.KeySourceOverride}, [3]any{d.Keys[0].Key, d.Keys[0].Limit, d.Keys[0].LimitSource})
+}
+
+// TestTheDashboardLabelsItsCountsInOneVocabulary is issue 40's dashboard items, in a browser whose
+// local time zone is not UTC: the task list and the task page count the starts waiting for a slot
+// and the submissions queued apart, each labelled (item 4: "Waiting: 0" with two submissions
+// queued); the executions table gives the reference, the key, the cost and the reason their own
+// columns and says why ids jump (items 5, 10); a refused start is "blocked" wherever it shows
+// (item 6); a critical section is marked internal (item 7); the task's name and state come before
+// the operator's form, and the auto-refresh keeps them there (item 8); the header's clock is UTC
+// in 24 hours as the tables are (item 9); the summary's slots in use are the table's live
+// holders (item 12); and an execution's page gives its key, its cost and its submission (item 5).
+func TestTheDashboardLabelsItsCountsInOneVocabulary(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	ctx := context.Background()
+	_, client, srv := serveDashboard(t, 1)
+
+	// crm/sync: its slot held under key acme, a start blocked by the limit, two submissions
+	// queued for key globex and no worker.
+	holder, err := client.StartExecution(ctx, "crm", "sync", &taskling.StartOptions{Key: "acme", ReferenceValue: "sync-1"})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Complete(context.Background()) })
+	_, err = client.StartExecution(ctx, "crm", "sync", &taskling.StartOptions{ReferenceValue: "sync-2"})
+	require.ErrorIs(t, err, taskling.ErrLimitReached)
+	for range 2 {
+		_, err := client.Submit(ctx, "crm", "sync", &taskling.SubmitOptions{Key: "globex"})
+		require.NoError(t, err)
+	}
+	// crm/import holds its critical section, an internal task of its own.
+	importer, err := client.StartExecution(ctx, "crm", "import", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = importer.Complete(context.Background()) })
+	section, err := importer.CriticalSection(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = section.Release(context.Background()) })
+	// crm/report ran a submission.
+	sub, err := client.Submit(ctx, "crm", "report", nil)
+	require.NoError(t, err)
+	ran := make(chan int64, 1)
+	workCtx, stopWork := context.WithCancel(ctx)
+	worked := make(chan error, 1)
+	go func() {
+		worked <- client.Work(workCtx, "crm", "report", func(_ context.Context, e *taskling.Execution) error {
+			ran <- e.ID()
+			return nil
+		}, nil)
+	}()
+	t.Cleanup(func() { stopWork(); require.NoError(t, <-worked) })
+	attempt := <-ran
+
+	bctx := openBrowser(t, browser, time.Minute, chromedp.Env("TZ=America/Los_Angeles"))
+	signIn(t, bctx, srv.URL)
+	waitText(t, bctx, `[id="task-crm/sync"] .badge.queued`, "2 submissions queued")
+	require.NotContains(t, text(t, bctx, `[id="task-crm/sync"]`), "waiting for a slot", "no start waits for its slot")
+	internal := text(t, bctx, `tr.internal`)
+	require.Contains(t, internal, "crm/import [critical section]")
+	require.Contains(t, internal, "internal: critical section of import")
+	require.NotContains(t, text(t, bctx, `[id="task-crm/import"]`), "internal", "the task itself is not marked")
+
+	// The header's clock, once the auto-refresh ran: UTC, 24 hours, within a minute of now.
+	clock, err := chromedp.Run(bctx, chromedp.Poll[string](`(function () {
+		var m = /^updated (\d\d):(\d\d):(\d\d)Z$/.exec(document.getElementById("refresh-status").textContent);
+		if (!m) { return ""; }
+		var now = new Date(), shown = new Date(now);
+		shown.setUTCHours(+m[1], +m[2], +m[3], 0);
+		var off = Math.abs(now - shown) % 86400000;
+		return Math.min(off, 86400000 - off) < 60000 ? m[0] : "";
+	})()`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the header's clock shows UTC in 24 hours")
+	require.NotEmpty(t, clock)
+	offset, err := chromedp.Run(bctx, chromedp.Evaluate[int](`new Date().getTimezoneOffset()`))
+	require.NoError(t, err)
+	require.NotZero(t, offset, "the browser's local time is not UTC, so a local clock would differ")
+
+	// The task page: the name and the state first, then the form; each count labelled.
+	navigate(t, bctx, srv.URL+"/tasks/crm/sync")
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#limit-form`))))
+	order := func() bool {
+		first, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`(function () {
+			var h1 = document.querySelector("h1"), summary = document.querySelector("dl.summary"), form = document.getElementById("limit-form");
+			var before = function (a, b) { return !!(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING); };
+			return before(h1, summary) && before(summary, form) && before(form, document.getElementById("slots"));
+		})()`))
+		require.NoError(t, err)
+		return first
+	}
+	require.True(t, order(), "the task's name and state come before the operator's form")
+	waitText(t, bctx, `#waiting`, "0 starts")
+	waitText(t, bctx, `#queued`, "2 waiting to start")
+	labels, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`["waiting", "queued"].map(function (id) {
+		return document.getElementById(id).previousElementSibling.textContent; })`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"Waiting for a slot", "Submissions queued"}, labels)
+	keys := text(t, bctx, `#keys thead`)
+	require.Contains(t, keys, "Waiting for a slot\tSubmissions queued")
+	waitText(t, bctx, `tr.key-row[data-key="globex"] .key-waiting`, "0")
+	waitText(t, bctx, `tr.key-row[data-key="globex"] .key-queued`, "2")
+	summary := text(t, bctx, `dl.summary`)
+	require.Contains(t, summary, "blocked 1d")
+	require.NotContains(t, summary, "denied")
+	require.Contains(t, text(t, bctx, `#rate-totals`), "1 blocked")
+
+	// The summary's slots in use are the slots table's live holders, and both refresh.
+	sums, err := chromedp.Run(bctx, chromedp.Evaluate[[]int](`(function () {
+		var p = document.querySelector("dl.summary progress.slots");
+		return [p.value, document.querySelectorAll("#slots .status.in_progress").length];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, sums)
+	_, err = client.Submit(ctx, "crm", "sync", &taskling.SubmitOptions{Key: "globex"})
+	require.NoError(t, err)
+	waitText(t, bctx, `#queued`, "3 waiting to start") // by the auto-refresh
+	require.True(t, order(), "the auto-refresh keeps the summary above the form")
+
+	// The executions table: reference, key, cost and reason each in its column; why ids jump.
+	head := text(t, bctx, `#executions thead`)
+	require.Contains(t, head, "Reference\tKey\tCost\tReason / outcome")
+	row := `#execution-` + strconv.FormatInt(holder.ID(), 10)
+	require.Equal(t, "sync-1", text(t, bctx, row+` .reference`))
+	require.Equal(t, "acme", text(t, bctx, row+` .key`))
+	require.Equal(t, "1", text(t, bctx, row+` .cost`))
+	blocked, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`(function () {
+		var r = document.querySelector("#executions tbody tr .status.blocked").closest("tr");
+		return [r.querySelector(".status").textContent, r.querySelector(".reference").textContent, r.querySelector(".outcome").textContent.trim()];
+	})()`))
+	require.NoError(t, err)
+	require.Equal(t, "blocked", blocked[0])
+	require.Equal(t, "sync-2", blocked[1], "the reference alone: the reason has its own column")
+	require.NotEmpty(t, blocked[2], "the reason")
+	require.Contains(t, text(t, bctx, `#execution-ids`), "ids jump and are not in start order")
+
+	// A critical section's page says whose it is.
+	navigate(t, bctx, srv.URL+"/tasks/crm/"+url.PathEscape("import [critical section]"))
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#internal-task`))))
+	require.Contains(t, text(t, bctx, `#internal-task`), "The critical section of crm/import")
+
+	// The page of the execution that ran the submission: its key, its cost, its submission.
+	navigate(t, bctx, srv.URL+"/executions/"+strconv.FormatInt(attempt, 10))
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`#execution-submission`))))
+	require.Equal(t, "#"+strconv.FormatInt(sub, 10)+", attempt 1", text(t, bctx, `#execution-submission`))
+	href, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.querySelector("#execution-submission a").getAttribute("href")`))
+	require.NoError(t, err)
+	require.Equal(t, "../submissions/"+strconv.FormatInt(sub, 10), href)
+	require.Equal(t, "— (no key)", text(t, bctx, `#execution-key`))
+	require.Equal(t, "1", text(t, bctx, `#execution-cost`))
+}
+
+// signIn opens the dashboard at url, signs in with token and waits for the tasks list.
+func signIn(t *testing.T, bctx context.Context, url string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(url+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`table.tasks`)),
+	))
+}
+
+// TestPagesOfAnotherSiteCannotSignInOrOut is issue 40 item 6: a page of another origin that
+// auto-submitted a form to /login signed the victim's Chromium in as the attacker (a top-level
+// navigation may set even a SameSite=Strict cookie), and one posting to /logout signed it out.
+// Both are refused now, from another site (evil.example, resolved to a local attacker server) and
+// from another port of the same host (the same site, another origin).
+func TestPagesOfAnotherSiteCannotSignInOrOut(t *testing.T) {
+	t.Parallel()
+	browser := chromium(t)
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "worker-1", Defaults: fast})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	file := filepath.Join(t.TempDir(), "principals.toml")
+	mallory, err := principals.Add(file, "mallory", principals.RoleRead)
+	require.NoError(t, err)
+	h, err := dashboard.NewHandler(client, &dashboard.Options{Token: token, PrincipalsFile: file, RefreshInterval: time.Minute})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+
+	// The attacker's pages: each auto-submits a form to the dashboard.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		_, _ = w.Write([]byte(`<!doctype html><title>free prizes</title>
+<form method="post" action="` + srv.URL + r.URL.Path + `"><input type="hidden" name="token" value="` + mallory + `"></form>
+<script>document.forms[0].submit()</script>`))
+	}))
+	t.Cleanup(evil.Close)
+	evilPort := evil.URL[strings.LastIndexByte(evil.URL, ':'):]
+	bctx := openBrowser(t, browser, 2*time.Minute,
+		chromedp.Flag("host-resolver-rules", "MAP evil.example "+strings.TrimPrefix(evil.URL, "http://")))
+	attackers := []string{"http://evil.example" + evilPort, evil.URL}
+
+	// landed waits for the dashboard's page the attack leads to, and says what it shows: the
+	// problem of the sign-in page, or who is signed in.
+	landed := func(attack string) (problem, principal string) {
+		t.Helper()
+		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(attack)))
+		var state struct{ Problem, Principal string }
+		require.Eventually(t, func() bool {
+			v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`location.origin === "`+srv.URL+`" && document.readyState === "complete" ?
+				JSON.stringify({Problem: document.getElementById("login-problem")?.textContent ?? "", Principal: document.getElementById("principal")?.textContent ?? ""}) : ""`))
+			return err == nil && v != "" && json.Unmarshal([]byte(v), &state) == nil
+		}, 20*time.Second, 50*time.Millisecond, "%s leads to the dashboard", attack)
+		return state.Problem, state.Principal
+	}
+	signedInAs := func() string {
+		t.Helper()
+		require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitReady(chromedp.CSS(`body`))))
+		v, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("principal")?.textContent ?? ""`))
+		require.NoError(t, err)
+		return v
+	}
+
+	for _, from := range attackers {
+		problem, principal := landed(from + "/login")
+		require.Empty(t, principal, "from %s", from)
+		require.Empty(t, signedInAs(), "from %s: signed in as the attacker", from)
+		require.Contains(t, problem, "sent by a page of another site", "from %s", from)
+	}
+	var sessions int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(*) FROM taskling.api_session`).Scan(&sessions))
+	require.Zero(t, sessions)
+
+	require.NoError(t, chromedp.Do(bctx,
+		chromedp.Navigate(srv.URL+"/login"),
+		chromedp.WaitVisible(chromedp.CSS(`#login-form`)),
+		chromedp.SetValue(chromedp.CSS(`#login-token`), token),
+		chromedp.Click(chromedp.CSS(`#login-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#sign-out`)),
+	))
+	require.Equal(t, "token", signedInAs())
+	for _, from := range attackers {
+		problem, _ := landed(from + "/logout")
+		require.Equal(t, "token", signedInAs(), "from %s: signed out", from)
+		require.Contains(t, problem, "you are still signed in", "from %s", from)
+	}
+	// The dashboard's own button still signs out.
+	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`#sign-out`)), chromedp.WaitVisible(chromedp.CSS(`#login-form`))))
+	require.Empty(t, signedInAs())
 }

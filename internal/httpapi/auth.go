@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -32,7 +31,11 @@ import (
 //     /metrics, PublicMetrics) says otherwise; changes need a principal of the operate role
 //     (a read principal gets 403);
 //   - a change through the session cookie also needs the X-Taskling-Request header, which only
-//     a same-origin script can send (a cross-site form cannot set headers).
+//     a same-origin script can send (a cross-site form cannot set headers), and, like POST
+//     /login and /logout, must not come from a page of another site (hosts.go: foreign);
+//   - a wrong token is counted against its client's address and the server (failures.go); a
+//     right one always passes;
+//   - a principal keeps at most taskling.MaxAPISessionsPerPrincipal sessions.
 // Without principals the server is read-only and every read is public.
 
 // MinTokenLength is the shortest API token accepted: 32 bytes, like the output of
@@ -53,8 +56,9 @@ type identity struct {
 	ok        bool
 }
 
-// errLocked: the client's address failed to sign in too often lately.
-var errLocked = errors.New("too many failed sign-ins from this address")
+// errLocked: a wrong bearer token while its address is locked out, or while the server's budget
+// of refused credentials is spent.
+var errLocked = errors.New("too many failed sign-ins lately")
 
 // errBadToken: the request's bearer token is no principal's.
 var errBadToken = errors.New("wrong bearer token")
@@ -89,16 +93,16 @@ func (h *Handler) identifyOnce(r *http.Request) (identity, error) {
 	set := h.principals(r.Context())
 	if v := r.Header.Get("Authorization"); v != "" {
 		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
-			addr := remoteHost(r)
-			if h.failures.locked(addr, time.Now()) {
+			// The token first (in constant time), the throttle only for a wrong one: a right
+			// token always passes, whatever its address's failures.
+			p, ok := set.Authenticate(strings.TrimSpace(t))
+			if ok {
+				return identity{principal: p, ok: true}, nil
+			}
+			if h.refused(r, "bearer token") {
 				return identity{}, errLocked
 			}
-			p, ok := set.Authenticate(strings.TrimSpace(t))
-			if !ok {
-				h.refused(addr, "bearer token")
-				return identity{}, errBadToken
-			}
-			return identity{principal: p, ok: true}, nil
+			return identity{}, errBadToken
 		}
 	}
 	c, err := r.Cookie(sessionCookie)
@@ -157,14 +161,24 @@ func credential(p principals.Principal) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// refused logs a refused sign-in — never the token — and counts it against the address.
-func (h *Handler) refused(addr, how string) {
-	n, locked := h.failures.fail(addr, time.Now())
-	h.log.Warn("taskling http: sign-in refused", zap.String("remote", addr), zap.String("with", how), zap.Int("failures_in_last_minute", n))
-	if locked {
-		h.log.Warn("taskling http: too many failed sign-ins; the address gets 429 for a while",
-			zap.String("remote", addr), zap.Duration("for", lockout))
+// refused counts a refused credential against the request's client address and logs it —
+// never the token; it reports whether the answer is 429 (the address is locked out, or the
+// server's budget of refusals is spent). While it is, refusals are not logged one by one.
+func (h *Handler) refused(r *http.Request, how string) (throttled bool) {
+	from := h.remote(r)
+	v := h.failures.fail(from.key, time.Now())
+	if !v.throttled {
+		h.log.Warn("taskling http: sign-in refused", zap.String("remote", from.addr), zap.String("with", how), zap.Int("failures_in_last_minute", v.recent))
 	}
+	if v.lockedNow {
+		h.log.Warn("taskling http: too many failed sign-ins; the address gets 429 for wrong tokens for a while",
+			zap.String("remote", from.addr), zap.String("counted_as", from.key), zap.Duration("for", lockout))
+	}
+	if v.spentNow {
+		h.log.Warn("taskling http: too many failed sign-ins from all addresses; every wrong token gets 429 for a while",
+			zap.Int("failures_in_last_minute", failureBudget))
+	}
+	return v.throttled
 }
 
 // denied answers a request whose authentication failed or is missing.
@@ -208,12 +222,20 @@ func (h *Handler) writeAccess(next http.HandlerFunc) http.Handler {
 			return
 		}
 		id, err := h.identify(r)
+		var foreignField, foreignMsg string
+		if id.session != "" {
+			// The cookie rides along whatever page sent the request: it must be one of ours.
+			foreignField, foreignMsg = h.foreign(r)
+		}
 		switch {
 		case !id.ok:
 			h.denied(w, r, err)
 			return
 		case id.session != "" && r.Header.Get(requestHeader) == "":
 			unauthorized(w)
+			return
+		case foreignField != "":
+			writeError(w, http.StatusForbidden, foreignField, foreignMsg)
 			return
 		case !id.principal.MayChange():
 			writeError(w, http.StatusForbidden, "", "principal "+strconv.Quote(id.principal.Name)+" has the "+string(id.principal.Role)+" role: changes need the operate role")
@@ -259,7 +281,13 @@ func (h *Handler) pageAccess(next http.HandlerFunc) http.Handler {
 	})
 }
 
-const lockedProblem = "Too many failed sign-ins from your address: try again in a minute."
+// What the sign-in page says when a page of another site posted to /login or /logout.
+const (
+	foreignSignIn  = "Refused: this sign-in was sent by a page of another site. Sign in here instead."
+	foreignSignOut = "Refused: this sign-out was sent by a page of another site; you are still signed in. Use the Sign out button of the dashboard."
+)
+
+const lockedProblem = "Too many failed sign-ins lately, from your address or to this server: that token is not right; wait a minute before trying again."
 
 func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, status int, problem string) {
 	p := h.basePage(r, "Sign in")
@@ -269,6 +297,8 @@ func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, status int
 		next = r.PostFormValue("next")
 	case next == "login":
 		next = r.URL.Query().Get("next")
+	case r.URL.RawQuery != "":
+		next += "?" + r.URL.RawQuery // task?app=A&task=T names its task there
 	}
 	next = safeNext(next)
 	p.Data = loginData{Next: next, Problem: problem}
@@ -289,15 +319,17 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "this server has no principals: there is nothing to sign in to")
 		return
 	}
-	addr := remoteHost(r)
-	if h.failures.locked(addr, time.Now()) {
-		h.renderLogin(w, r, http.StatusTooManyRequests, lockedProblem)
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if field, _ := h.foreign(r); field != "" {
+		h.renderLogin(w, r, http.StatusForbidden, foreignSignIn)
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
 	p, ok := h.principals(r.Context()).Authenticate(r.PostFormValue("token"))
 	if !ok {
-		h.refused(addr, "sign-in form")
+		if h.refused(r, "sign-in form") {
+			h.renderLogin(w, r, http.StatusTooManyRequests, lockedProblem)
+			return
+		}
 		h.renderLogin(w, r, http.StatusUnauthorized, "That is not the token of any principal of this server.")
 		return
 	}
@@ -312,6 +344,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 
 // logout ends the browser's session, on every replica.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	if field, _ := h.foreign(r); field != "" {
+		r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+		h.renderLogin(w, r, http.StatusForbidden, foreignSignOut)
+		return
+	}
 	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" {
 		if id, err := url.QueryUnescape(c.Value); err == nil {
 			if err := h.client.APISessions().End(r.Context(), id); err != nil {
@@ -352,15 +389,6 @@ func safeNext(next string) string {
 	return next
 }
 
-// remoteHost is the client's address without its port.
-func remoteHost(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
 func isJSON(contentType string) bool {
 	mt, _, _ := strings.Cut(contentType, ";")
 	return strings.EqualFold(strings.TrimSpace(mt), "application/json")
@@ -380,5 +408,5 @@ func unauthorized(w http.ResponseWriter) {
 
 func tooManyFailures(w http.ResponseWriter) {
 	w.Header().Set("Retry-After", strconv.Itoa(int(lockout.Seconds())))
-	writeError(w, http.StatusTooManyRequests, "Authorization", "too many failed sign-ins from this address: try again in a minute")
+	writeError(w, http.StatusTooManyRequests, "Authorization", "wrong bearer token, and too many failed sign-ins lately, from this address or to this server: wait a minute before trying again")
 }

@@ -175,3 +175,123 @@ func readBody(t *testing.T, resp *http.Response) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// TestPagesOfAnotherSiteCannotSignInSignOutOrChange is issue 40 item 6: a page on another origin
+// auto-posting a token to /login signed the victim's browser in as the attacker, and one posting
+// to /logout signed it out. /login, /logout and every change made with the session cookie are
+// refused (403) when the browser says they come from another site — Sec-Fetch-Site other than
+// same-origin or none, or an Origin that is not a served host — while scripts with a bearer
+// token, which send neither header, are not.
+func TestPagesOfAnotherSiteCannotSignInSignOutOrChange(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, &httpapi.Options{Token: token})
+	b.start(t, "export")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	post := func(path, session string, headers map[string]string) *http.Response {
+		req, err := http.NewRequest("POST", b.server.URL+path, strings.NewReader(url.Values{"token": {token}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if session != "" {
+			req.AddCookie(&http.Cookie{Name: "taskling_session", Value: session})
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := noFollow.Do(req)
+		require.NoError(t, err)
+		return resp
+	}
+	foreign := []map[string]string{
+		{"Origin": "http://evil.example"},
+		{"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "cross-site"},
+		{"Sec-Fetch-Site": "same-site"}, // another origin of the same site
+		{"Origin": b.server.URL + "0"},  // the same host, another port
+		{"Origin": "null"},              // a sandboxed page
+	}
+	for _, hs := range foreign {
+		resp := post("/login", "", hs)
+		page := readBody(t, resp)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v", hs)
+		require.Empty(t, resp.Cookies(), "%v: no session", hs)
+		require.Contains(t, page, "sent by a page of another site", "%v", hs)
+	}
+	own := map[string]string{"Origin": b.server.URL, "Sec-Fetch-Site": "same-origin"}
+	resp := post("/login", "", own)
+	readBody(t, resp)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "the dashboard's own form")
+	session := resp.Cookies()[0].Value
+	resp = post("/login", "", nil)
+	readBody(t, resp)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, "a client that sends neither header")
+
+	for _, hs := range foreign {
+		resp := post("/logout", session, hs)
+		page := readBody(t, resp)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, "%v", hs)
+		require.Empty(t, resp.Cookies(), "%v: the cookie is not cleared", hs)
+		require.Contains(t, page, "you are still signed in")
+		require.Equal(t, http.StatusOK, withCookie(t, b.server, "/", session), "%v: still signed in", hs)
+	}
+
+	patch := func(session, bearer string, headers map[string]string) (int, string) {
+		req, err := http.NewRequest("PATCH", b.server.URL+"/api/v1/tasks/app/export/overrides", strings.NewReader(`{"concurrency_limit": 2}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if session != "" {
+			req.AddCookie(&http.Cookie{Name: "taskling_session", Value: session})
+			req.Header.Set("X-Taskling-Request", "1")
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := b.server.Client().Do(req)
+		require.NoError(t, err)
+		return resp.StatusCode, readBody(t, resp)
+	}
+	for _, hs := range foreign {
+		status, body := patch(session, "", hs)
+		require.Equal(t, http.StatusForbidden, status, "%v: %s", hs, body)
+		field, msg := apiErr(t, body)
+		require.Contains(t, []string{"Origin", "Sec-Fetch-Site"}, field)
+		require.Contains(t, msg, "another site")
+	}
+	changes, err := b.client.TaskChanges(b.ctx, "app", "export", nil)
+	require.NoError(t, err)
+	require.Empty(t, changes.Changes, "nothing was changed")
+	status, body := patch(session, "", own)
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = patch("", token, nil)
+	require.Equal(t, http.StatusOK, status, "a script with a bearer token: %s", body)
+
+	resp = post("/logout", session, own)
+	readBody(t, resp)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Equal(t, http.StatusUnauthorized, withCookie(t, b.server, "/", session), "signed out by the dashboard's own button")
+}
+
+// TestOriginsOfTheAllowedHosts: with AllowedHosts, an Origin naming one of them is the server's
+// own, ports ignored as in the Host check — a TLS-terminating proxy's public name among them —
+// and any other is refused.
+func TestOriginsOfTheAllowedHosts(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 1, &httpapi.Options{Token: token, AllowedHosts: []string{"127.0.0.1", "taskling.example.com"}})
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	login := func(origin string) int {
+		req, err := http.NewRequest("POST", b.server.URL+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		resp, err := noFollow.Do(req)
+		require.NoError(t, err)
+		readBody(t, resp)
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusSeeOther, login("https://taskling.example.com"), "the proxy's public name")
+	require.Equal(t, http.StatusSeeOther, login(b.server.URL))
+	require.Equal(t, http.StatusForbidden, login("https://evil.example"))
+	require.Equal(t, http.StatusForbidden, login("https://taskling.example.com.evil.example"))
+}

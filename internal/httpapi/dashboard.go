@@ -30,7 +30,8 @@ type pages struct {
 }
 
 var templateFuncs = template.FuncMap{
-	"pathEscape": url.PathEscape,
+	"taskHref": taskHref,
+	"taskAPI":  taskAPI,
 	"limitText": func(n int) string {
 		if n == -1 {
 			return "unlimited"
@@ -53,12 +54,38 @@ var templateFuncs = template.FuncMap{
 	"join":      strings.Join,
 	"ratio":     Percent,
 	"blockSpan": blockSpan,
+	"stored":    storedOnPage,
+	"preview":   previewOnPage,
 	"percent": func(done, total *int64) string {
 		if done == nil || total == nil || *total <= 0 {
 			return ""
 		}
 		return fmt.Sprintf("%d%%", Percent(*done, *total))
 	},
+}
+
+// dotSegment reports whether a name is "." or "..": a path segment that browsers and HTTP clients
+// drop from a URL, percent-encoded or not. New tasks may not be so named (ValidateNewName); one
+// made before is linked with its names in the query.
+func dotSegment(name string) bool { return name == "." || name == ".." }
+
+// taskHref is the link to a task's page, relative to the handler's root: tasks/APP/TASK, or
+// task?app=APP&task=TASK for a name that is a dot segment.
+func taskHref(app, task string) string {
+	if dotSegment(app) || dotSegment(task) {
+		return "task?" + url.Values{"app": {app}, "task": {task}}.Encode()
+	}
+	return "tasks/" + url.PathEscape(app) + "/" + url.PathEscape(task)
+}
+
+// taskAPI is the API route of a task, relative to the handler's root, suffix its rest
+// ("/overrides"): api/v1/tasks/APP/TASK/overrides, or api/v1/task/overrides?app=APP&task=TASK for
+// a name that is a dot segment.
+func taskAPI(app, task, suffix string) string {
+	if dotSegment(app) || dotSegment(task) {
+		return "api/v1/task" + suffix + "?" + url.Values{"app": {app}, "task": {task}}.Encode()
+	}
+	return "api/v1/tasks/" + url.PathEscape(app) + "/" + url.PathEscape(task) + suffix
 }
 
 // clock is how the pages show a time: UTC, to the second.
@@ -117,11 +144,11 @@ func (h *Handler) basePage(r *http.Request, title string) page {
 }
 
 // render writes a page; a request from the auto-refresh (header X-Taskling-Partial) gets only
-// its "content" block.
+// its "summary" and "content" blocks (layout.html's "partial"), not its forms.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
 	tmpl := "layout.html"
 	if r.Header.Get("X-Taskling-Partial") != "" {
-		tmpl = "content"
+		tmpl = "partial"
 	}
 	var buf bytes.Buffer
 	if err := h.pages.sets[name].ExecuteTemplate(&buf, tmpl, p); err != nil {
@@ -234,8 +261,12 @@ func (h *Handler) dashboardPage(w http.ResponseWriter, r *http.Request) {
 
 // taskPageData is the task page's data.
 type taskPageData struct {
-	Detail     TaskDetail
-	Executions []Execution
+	// Detail is read in one snapshot: its summary and its slots agree.
+	Detail TaskDetail
+	// ListedSlots counts the slots listed that are not retiring: the limit in force, unless a
+	// changed limit waits for the next start to resize the list.
+	ListedSlots int
+	Executions  []Execution
 	// Submissions: the running ones, the waiting ones in queue order, then the recently
 	// finished ones; MoreWaiting says the queue goes on past the waiting ones shown.
 	Submissions []submissionRow
@@ -303,6 +334,11 @@ func (h *Handler) taskPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := taskPageData{Detail: t, Executions: execs.Executions, MoreWaiting: len(queue.Waiting) == recentOnTaskPage, Blocks: blocks, Timeline: timeline,
 		Changes: changes.Changes, MoreChanges: changes.NextBefore != nil}
+	for _, sl := range t.Slots {
+		if sl.Status != string(tasklingtype.SlotRetiring) {
+			data.ListedSlots++
+		}
+	}
 	for _, group := range [][]tasklingtype.Submission{queue.Running, queue.Waiting, queue.Finished} {
 		for _, s := range group {
 			data.Submissions = append(data.Submissions, submissionRow{Submission: s, Cancel: canCancel(p, s)})

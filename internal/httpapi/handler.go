@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskling-go/taskling/internal/principals"
+	"github.com/taskling-go/taskling/internal/storedjson"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/taskling/tasklingprom"
 )
@@ -29,6 +33,7 @@ type Options struct {
 	Token           string
 	PrincipalsFile  string
 	AllowedHosts    []string
+	TrustedProxies  []string
 	PublicReads     bool
 	PublicMetrics   bool
 	BasePath        string
@@ -49,10 +54,12 @@ type Handler struct {
 	source   *principals.Source
 	failures failures // refused sign-ins by address
 	hosts    map[string]bool
+	proxies  []netip.Prefix // Options.TrustedProxies
 	log      *zap.Logger
 	mux      *http.ServeMux
 	metrics  http.Handler
 	pages    *pages
+	patterns []string // the routes served, for the tests
 }
 
 // New returns the handler for client.
@@ -92,6 +99,9 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	if h.hosts, err = allowedHosts(h.opts.AllowedHosts); err != nil {
 		return nil, err
 	}
+	if h.proxies, err = trustedProxies(h.opts.TrustedProxies); err != nil {
+		return nil, err
+	}
 	h.log = h.opts.Logger
 	if h.log == nil {
 		h.log = zap.NewNop()
@@ -102,48 +112,64 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	h.metrics = promhttp.HandlerFor(tasklingprom.New(client).Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 
 	m := http.NewServeMux()
-	read := func(pattern string, fn http.HandlerFunc) { m.Handle(pattern, h.readAccess(fn)) }
-	write := func(pattern string, fn http.HandlerFunc) { m.Handle(pattern, h.writeAccess(fn)) }
+	handle := func(pattern string, fn http.Handler) {
+		m.Handle(pattern, fn)
+		h.patterns = append(h.patterns, pattern)
+	}
+	read := func(pattern string, fn http.HandlerFunc) { handle(pattern, h.readAccess(fn)) }
+	write := func(pattern string, fn http.HandlerFunc) { handle(pattern, h.writeAccess(fn)) }
+	// A task's routes are also served under /api/v1/task with the task in the query
+	// (?app=A&task=T): a name "." or ".." is a path segment that clients drop.
+	taskRead := func(method, suffix string, fn http.HandlerFunc) {
+		read(method+" /api/v1/tasks/{app}/{task}"+suffix, fn)
+		read(method+" /api/v1/task"+suffix, taskFromQuery(fn))
+	}
+	taskWrite := func(method, suffix string, fn http.HandlerFunc) {
+		write(method+" /api/v1/tasks/{app}/{task}"+suffix, fn)
+		write(method+" /api/v1/task"+suffix, taskFromQuery(fn))
+	}
 	read("GET /api/v1/tasks", h.listTasks)
-	read("GET /api/v1/tasks/{app}/{task}", h.getTask)
-	read("GET /api/v1/tasks/{app}/{task}/executions", h.listExecutions)
+	taskRead("GET", "", h.getTask)
+	taskRead("GET", "/executions", h.listExecutions)
 	read("GET /api/v1/executions/{id}", h.getExecution)
-	write("PATCH /api/v1/tasks/{app}/{task}/overrides", h.setOverrides)
-	write("DELETE /api/v1/tasks/{app}/{task}/overrides", h.clearOverrides)
+	taskWrite("PATCH", "/overrides", h.setOverrides)
+	taskWrite("DELETE", "/overrides", h.clearOverrides)
+	taskWrite("PUT", "/keys", h.setKeyOverrides) // ?key=K: any key, "." and "" too
+	taskWrite("DELETE", "/keys", h.clearKeyOverrides)
 	write("PUT /api/v1/tasks/{app}/{task}/keys/{key}", h.setKeyOverrides)
-	write("PUT /api/v1/tasks/{app}/{task}/keys/{$}", h.setKeyOverrides) // the empty key
+	write("PUT /api/v1/tasks/{app}/{task}/keys/{$}", h.setKeyOverrides) // refused: see requestKey
 	write("DELETE /api/v1/tasks/{app}/{task}/keys/{key}", h.clearKeyOverrides)
 	write("DELETE /api/v1/tasks/{app}/{task}/keys/{$}", h.clearKeyOverrides)
-	write("POST /api/v1/tasks/{app}/{task}/retire", h.retire)
-	write("POST /api/v1/tasks/{app}/{task}/unretire", h.unretire)
-	read("GET /api/v1/tasks/{app}/{task}/changes", h.listChanges)
-	read("GET /api/v1/tasks/{app}/{task}/submissions", h.listSubmissions)
-	write("POST /api/v1/tasks/{app}/{task}/submissions", h.submit)
+	taskWrite("POST", "/retire", h.retire)
+	taskWrite("POST", "/unretire", h.unretire)
+	taskRead("GET", "/changes", h.listChanges)
+	taskRead("GET", "/submissions", h.listSubmissions)
+	taskWrite("POST", "/submissions", h.submit)
 	read("GET /api/v1/submissions/{id}", h.getSubmission)
 	write("POST /api/v1/submissions/{id}/cancel", h.cancelSubmission)
 	read("GET /api/v1/executions/{id}/blocks", h.executionBlocks)
-	read("GET /api/v1/tasks/{app}/{task}/blocks", h.taskBlocks)
+	taskRead("GET", "/blocks", h.taskBlocks)
 	read("GET /api/v1/blocks/{id}", h.getBlock)
 	write("POST /api/v1/blocks/{id}/force", h.forceBlock)
 	// Other methods on an API path: a JSON 405 rather than the mux's plain-text one.
-	for path, allow := range map[string]string{
-		"/api/v1/tasks":                          "GET",
-		"/api/v1/tasks/{app}/{task}":             "GET",
-		"/api/v1/tasks/{app}/{task}/executions":  "GET",
-		"/api/v1/executions/{id}":                "GET",
-		"/api/v1/tasks/{app}/{task}/overrides":   "PATCH, DELETE",
-		"/api/v1/tasks/{app}/{task}/keys/{key}":  "PUT, DELETE",
-		"/api/v1/tasks/{app}/{task}/retire":      "POST",
-		"/api/v1/tasks/{app}/{task}/unretire":    "POST",
-		"/api/v1/tasks/{app}/{task}/changes":     "GET",
-		"/api/v1/tasks/{app}/{task}/submissions": "GET, POST",
-		"/api/v1/submissions/{id}":               "GET",
-		"/api/v1/submissions/{id}/cancel":        "POST",
-		"/api/v1/executions/{id}/blocks":         "GET",
-		"/api/v1/tasks/{app}/{task}/blocks":      "GET",
-		"/api/v1/blocks/{id}":                    "GET",
-		"/api/v1/blocks/{id}/force":              "POST",
+	allowed := map[string]string{
+		"/api/v1/tasks":                         "GET",
+		"/api/v1/executions/{id}":               "GET",
+		"/api/v1/tasks/{app}/{task}/keys/{key}": "PUT, DELETE",
+		"/api/v1/submissions/{id}":              "GET",
+		"/api/v1/submissions/{id}/cancel":       "POST",
+		"/api/v1/executions/{id}/blocks":        "GET",
+		"/api/v1/blocks/{id}":                   "GET",
+		"/api/v1/blocks/{id}/force":             "POST",
+	}
+	for suffix, allow := range map[string]string{
+		"": "GET", "/executions": "GET", "/overrides": "PATCH, DELETE", "/keys": "PUT, DELETE", "/retire": "POST",
+		"/unretire": "POST", "/changes": "GET", "/submissions": "GET, POST", "/blocks": "GET",
 	} {
+		allowed["/api/v1/tasks/{app}/{task}"+suffix] = allow
+		allowed["/api/v1/task"+suffix] = allow
+	}
+	for path, allow := range allowed {
 		m.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
 			writeError(w, http.StatusMethodNotAllowed, "method", r.Method+" is not allowed on "+r.URL.Path+"; allowed: "+allow)
@@ -152,16 +178,17 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	m.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "", "no such API route: "+r.Method+" "+r.URL.Path)
 	})
-	m.Handle("GET /metrics", h.metricsAccess(h.metrics.ServeHTTP))
-	m.Handle("GET /{$}", h.pageAccess(h.dashboardPage))
-	m.Handle("GET /tasks/{app}/{task}", h.pageAccess(h.taskPage))
-	m.Handle("GET /submissions/{id}", h.pageAccess(h.submissionPage))
-	m.Handle("GET /executions/{id}", h.pageAccess(h.executionPage))
-	m.Handle("GET /blocks/{id}", h.pageAccess(h.blockPage))
-	m.HandleFunc("GET /login", func(w http.ResponseWriter, r *http.Request) { h.renderLogin(w, r, http.StatusOK, "") })
-	m.HandleFunc("POST /login", h.login)
-	m.HandleFunc("POST /logout", h.logout)
-	m.Handle("GET /static/", staticFiles())
+	handle("GET /metrics", h.metricsAccess(h.metrics.ServeHTTP))
+	handle("GET /{$}", h.pageAccess(h.dashboardPage))
+	handle("GET /tasks/{app}/{task}", h.pageAccess(h.taskPage))
+	handle("GET /task", h.pageAccess(taskFromQuery(h.taskPage))) // ?app=A&task=T, as in the API
+	handle("GET /submissions/{id}", h.pageAccess(h.submissionPage))
+	handle("GET /executions/{id}", h.pageAccess(h.executionPage))
+	handle("GET /blocks/{id}", h.pageAccess(h.blockPage))
+	handle("GET /login", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.renderLogin(w, r, http.StatusOK, "") }))
+	handle("POST /login", http.HandlerFunc(h.login))
+	handle("POST /logout", http.HandlerFunc(h.logout))
+	handle("GET /static/", staticFiles())
 	h.mux = m
 	return h, nil
 }
@@ -174,10 +201,63 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusMisdirectedRequest, "Host", "this server does not serve the host "+strconv.Quote(r.Host)+" (taskling serve --allowed-hosts)")
 		return
 	}
+	if field, err := checkInput(r); err != nil {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			writeError(w, http.StatusBadRequest, field, err.Error())
+		} else {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
 	ctx = context.WithValue(ctx, whoKey{}, &who{})
 	h.mux.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// readHeaders are the request headers whose values the server reads, but for traceparent and
+// tracestate: a malformed one is ignored, as the W3C asks of a receiver.
+var readHeaders = []string{"Authorization", "Content-Type", "X-Forwarded-Proto", requestHeader, "X-Taskling-Partial"}
+
+// checkInput holds every query parameter (its name and values) and the headers the server reads to
+// the characters of names — valid UTF-8, no control character — so that no handler hands the
+// database a string it refuses (a NUL byte or invalid UTF-8 failed a query with a 500), and
+// returns the first at fault. The sign-in page's next is the exception: safeNext ignores one
+// that is not a path inside the handler, so a crafted link still leads to the sign-in form.
+func checkInput(r *http.Request) (field string, err error) {
+	query := r.URL.Query()
+	for _, name := range slices.Sorted(maps.Keys(query)) {
+		if err := taskling.ValidateChars("the name of query parameter "+strconv.Quote(name), name); err != nil {
+			return name, err
+		}
+		if name == "next" && r.URL.Path == "/login" {
+			continue
+		}
+		for _, v := range query[name] {
+			if err := taskling.ValidateChars("query parameter "+name, v); err != nil {
+				return name, err
+			}
+		}
+	}
+	for _, name := range readHeaders {
+		for _, v := range r.Header.Values(name) {
+			if err := taskling.ValidateChars("header "+name, v); err != nil {
+				return name, err
+			}
+		}
+	}
+	return "", nil
+}
+
+// taskFromQuery serves a task's route with the task named by the query parameters app and task,
+// as the path segments {app} and {task} name it elsewhere.
+func taskFromQuery(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		r.SetPathValue("app", q.Get("app"))
+		r.SetPathValue("task", q.Get("task"))
+		fn(w, r)
+	}
 }
 
 // apiError is the body of every error response.
@@ -191,13 +271,14 @@ type errorBody struct {
 	Message string `json:"message"`
 }
 
+// writeJSON answers v: indented, stored JSON values (headers, block values) written as stored,
+// compact, and nothing HTML-escaped, so that no answer is larger than what it shows
+// (storedjson.Encode).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = storedjson.Encode(w, v)
 }
 
 func writeError(w http.ResponseWriter, status int, field, message string) {
@@ -589,8 +670,8 @@ func (h *Handler) setKeyOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	key := r.PathValue("key")
-	if err := taskling.ValidateKey("key", key); err != nil {
+	key, err := requestKey(r)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "key", err.Error())
 		return
 	}
@@ -618,8 +699,8 @@ func (h *Handler) clearKeyOverrides(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	key := r.PathValue("key")
-	if err := taskling.ValidateKey("key", key); err != nil {
+	key, err := requestKey(r)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "key", err.Error())
 		return
 	}
@@ -628,6 +709,26 @@ func (h *Handler) clearKeyOverrides(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.respondTask(w, r, app, task)
+}
+
+// requestKey reads the key of a key route: the query parameter key (any key: "" is the empty
+// key), or the path segment after keys/ of the older route. That segment cannot be "." or "..",
+// which clients drop (keys/. arrives as keys/), so an empty one is refused rather than read as
+// the empty key.
+func requestKey(r *http.Request) (string, error) {
+	query := r.URL.Query()
+	key, inPath := r.PathValue("key"), !strings.HasSuffix(r.Pattern, "/keys")
+	switch {
+	case inPath && query.Has("key"):
+		return "", errors.New("key is given both in the path and as ?key=; give it once, as ?key=")
+	case inPath && key == "":
+		return "", errors.New(`key is empty in the path (keys/), which is also what keys/. becomes on its way; give the key as ?key= (the empty key: ?key=)`)
+	case !inPath && !query.Has("key"):
+		return "", errors.New("key is missing; give it as ?key=K (the empty key: ?key=)")
+	case !inPath:
+		key = query.Get("key")
+	}
+	return key, taskling.ValidateKey("key", key)
 }
 
 func (h *Handler) respondTask(w http.ResponseWriter, r *http.Request, app, task string) {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestKeysOverriddenThroughTheAPI: PUT and DELETE of a key's override (the empty key too, at
-// keys/), key_limit among the overrides, each answered with the task and its keys; bad input names
+// keys?key=), key_limit among the overrides, each answered with the task and its keys; bad input names
 // the field.
 func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 	t.Parallel()
@@ -33,7 +33,7 @@ func TestKeysOverriddenThroughTheAPI(t *testing.T) {
 	require.Equal(t, "declared", task.KeyLimitSource)
 	require.Equal(t, 1, *task.KeyLimit)
 
-	status, body = b.do(t, "PUT", "/api/v1/tasks/app/export/keys/", token, `{"limit": 2}`)
+	status, body = b.do(t, "PUT", "/api/v1/tasks/app/export/keys?key=", token, `{"limit": 2}`)
 	require.Equal(t, http.StatusOK, status, body)
 	require.NoError(t, json.Unmarshal([]byte(body), &task))
 	require.Equal(t, 2, task.KeysTotal, "the empty key is named too")
@@ -82,9 +82,9 @@ func TestTaskPageShowsTheKeysAndAKeyForm(t *testing.T) {
 	t.Cleanup(func() { _ = e.Complete(b.ctx) })
 	status, page := b.do(t, "GET", "/tasks/app/export", token, "")
 	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, page, `id="key-limit">2 (declared); 0 keys waiting`)
+	require.Contains(t, page, `id="key-limit">2 (declared); 0 keys with starts waiting for a slot`)
 	require.Contains(t, page, `<tr class="key-row" data-key="acme">`)
-	require.Contains(t, page, `key acme ×2`)
+	require.Contains(t, page, "<td class=\"mono key\">acme</td>\n  <td class=\"cost\">2</td>", "the execution's key and cost, each in its column")
 	require.Contains(t, page, `id="key-form"`)
 	_, public := b.do(t, "GET", "/tasks/app/export", "", "")
 	require.NotContains(t, public, `id="key-form"`, "no form for a reader")

@@ -46,6 +46,9 @@ func ParseTasksQuery(get func(string) string) (q TasksQuery, field string, err e
 	if len(q.Search) > 200 {
 		return q, "q", fmt.Errorf("q is %d bytes long; at most 200", len(q.Search))
 	}
+	if err := taskling.ValidateChars("q", q.Search); err != nil {
+		return q, "q", err
+	}
 	if s := get("app"); s != "" {
 		if err := taskling.ValidateName("application name", s); err != nil {
 			return q, "app", err

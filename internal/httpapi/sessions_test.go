@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskling-go/taskling/internal/httpapi"
 	"github.com/taskling-go/taskling/internal/principals"
+	"github.com/taskling-go/taskling/taskling"
 )
 
 // signIn posts token to the sign-in form of srv and returns the session cookie's value.
@@ -99,4 +100,24 @@ func TestSessionsAreRandomSharedAndRevocable(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond, "removed, or given a new token: signed out")
 	require.Equal(t, 0, count(t, a, `SELECT count(*) FROM taskling.api_session WHERE principal IN ('alice', 'bob')`), "their rows are gone")
 	require.Equal(t, 1, count(t, a, `SELECT count(*) FROM taskling.api_session`), "the token's session lives on")
+}
+
+// TestASignInPastTheCapEndsTheOldestSession is issue 40 item 9: every sign-in added a session
+// row, without bound. A principal keeps at most taskling.MaxAPISessionsPerPrincipal (20): the
+// 21st sign-in ends the oldest, and another principal's sessions are untouched.
+func TestASignInPastTheCapEndsTheOldestSession(t *testing.T) {
+	t.Parallel()
+	path, tokens := principalsFile(t, "alice", "operate")
+	b := setup(t, 1, &httpapi.Options{Token: token, PrincipalsFile: path})
+	alice := signIn(t, b.server, tokens["alice"])
+	sessions := make([]string, taskling.MaxAPISessionsPerPrincipal+1)
+	for i := range sessions {
+		sessions[i] = signIn(t, b.server, token)
+	}
+	require.Equal(t, http.StatusUnauthorized, withCookie(t, b.server, "/", sessions[0]), "the oldest ended")
+	for _, s := range sessions[1:] {
+		require.Equal(t, http.StatusOK, withCookie(t, b.server, "/", s))
+	}
+	require.Equal(t, http.StatusOK, withCookie(t, b.server, "/", alice), "another principal's session")
+	require.Equal(t, taskling.MaxAPISessionsPerPrincipal, count(t, b, `SELECT count(*) FROM taskling.api_session WHERE principal = 'token'`))
 }

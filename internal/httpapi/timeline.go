@@ -321,7 +321,7 @@ func layoutChart(buckets []minuteBucket) chartView {
 	for i, b := range buckets {
 		x := plotLeft + float64(i)*colW
 		m := chartMinute{X: num(x), W: num(colW),
-			Title: fmt.Sprintf("%s: %d granted, %d denied, %d reclaimed", b.Minute.Format("15:04"), b.Grants, b.Denials, b.Reclaims)}
+			Title: fmt.Sprintf("%s: %d granted, %d blocked, %d reclaimed", b.Minute.Format("15:04"), b.Grants, b.Denials, b.Reclaims)}
 		for j, s := range []struct {
 			name string
 			n    int64

@@ -51,7 +51,7 @@ func TestTaskPageDrawsTheSlotTimelineAndTheRates(t *testing.T) {
 	status, page := b.do(t, "GET", "/tasks/app/export", "", "")
 	require.Equal(t, http.StatusOK, status, page)
 	require.Contains(t, page, `<svg class="timeline" id="slot-timeline"`)
-	require.Contains(t, page, `<dd id="retention">completed 14d, failed 40d, denied 1d; never cleaned</dd>`)
+	require.Contains(t, page, `<dd id="retention">completed 14d, failed 40d, blocked 1d; never cleaned</dd>`)
 	bar := func(id int64, class string) {
 		t.Helper()
 		require.Contains(t, page, fmt.Sprintf(`<a href="../../executions/%d" class="bar-link"><rect class="bar %s" id="bar-%d"`, id, class, id))

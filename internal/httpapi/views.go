@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/taskling-go/taskling/taskling"
@@ -45,10 +46,16 @@ type Task struct {
 	Fence         int64          `json:"fence"`
 	Overrides     Overrides      `json:"overrides"`
 	LastExecution *LastExecution `json:"last_execution"`
-	// Waiting counts the live waiters queued for a slot, fleet-wide; OldestWaitSince is when
-	// the oldest queued (null if none).
-	Waiting         int        `json:"waiting"`
-	OldestWaitSince *time.Time `json:"oldest_wait_since"`
+	// Waiting counts the live starts waiting for a slot (WaitForSlot starts, a Work loop's
+	// among them), fleet-wide; OldestWaitSince is when the oldest queued (null if none).
+	// QueuedSubmissions counts the submissions waiting to start (status waiting), which Waiting
+	// does not count: a claimed one's start is counted in both while it waits for a slot.
+	Waiting           int        `json:"waiting"`
+	OldestWaitSince   *time.Time `json:"oldest_wait_since"`
+	QueuedSubmissions int        `json:"queued_submissions"`
+	// CriticalSectionOf names, for a task's critical section (an internal task, named
+	// "<task> [critical section]": see docs/blocks.md), the task it belongs to; null for any other.
+	CriticalSectionOf *string `json:"critical_section_of"`
 	// Retired: when and by whom the task was retired (null if it is not); HasSchedule: it has a
 	// schedule, retired as ScheduleRetired says.
 	Retired         *Retirement `json:"retired"`
@@ -71,8 +78,8 @@ type Task struct {
 	NextAllowedSeconds float64 `json:"next_allowed_seconds"`
 }
 
-// Key is one key of a task: its live holders, the cost they hold, its live waiters, its limit
-// (null: none) and where it comes from ("override", "override_key_limit", "declared_key",
+// Key is one key of a task: its live holders, the cost they hold, its live waiters (starts
+// waiting for a slot), its submissions waiting to start (queued_submissions), its limit (null: none) and where it comes from ("override", "override_key_limit", "declared_key",
 // "declared" or "none"), its rate (null: none) and where that comes from (the same names,
 // "override_key_limit" being the override of key_rate), and how long until a start of cost 1
 // fits that rate (as Task's next_allowed).
@@ -81,6 +88,7 @@ type Key struct {
 	Holders            int     `json:"holders"`
 	CostInUse          int     `json:"cost_in_use"`
 	Waiting            int     `json:"waiting"`
+	QueuedSubmissions  int     `json:"queued_submissions"`
 	Limit              *int    `json:"limit"`
 	LimitSource        string  `json:"limit_source"`
 	Rate               *string `json:"rate"`
@@ -93,7 +101,7 @@ type Key struct {
 func NewKeys(keys []tasklingtype.KeyInfo) []Key {
 	out := make([]Key, len(keys))
 	for i, k := range keys {
-		out[i] = Key{Key: k.Key, Holders: k.Holders, CostInUse: k.CostInUse, Waiting: k.Waiting, Limit: nonZero(k.Limit),
+		out[i] = Key{Key: k.Key, Holders: k.Holders, CostInUse: k.CostInUse, Waiting: k.Waiting, QueuedSubmissions: k.QueuedSubmissions, Limit: nonZero(k.Limit),
 			LimitSource: string(k.LimitSource), Rate: nonEmpty(k.Rate.String()), RateSource: string(k.RateSource)}
 		out[i].NextAllowed, out[i].NextAllowedSeconds = nextAllowedView(k.NextAllowed)
 	}
@@ -212,7 +220,9 @@ type Holder struct {
 	ItemsTotal          *int64     `json:"items_total"`
 }
 
-// Execution is one execution (one start attempt, granted or denied).
+// Execution is one execution (one start attempt, granted or blocked). Ids are unique but reserved
+// ahead by each process: they jump, and follow start order only within a process (lists are in
+// start order).
 type Execution struct {
 	ID             int64           `json:"id"`
 	Status         string          `json:"status"` // in_progress, completed, failed, blocked, dead
@@ -233,9 +243,13 @@ type Execution struct {
 	ScheduledFor   *time.Time `json:"scheduled_for"`
 	LibraryVersion string     `json:"library_version"`
 	// Key is the execution's key ("": none) and Cost the slots it held.
-	Key    string  `json:"key"`
-	Cost   int     `json:"cost"`
-	Events []Event `json:"events,omitempty"`
+	Key  string `json:"key"`
+	Cost int    `json:"cost"`
+	// SubmissionID is the submission it ran an attempt of, Attempt that attempt's number (both
+	// null for an execution that ran none).
+	SubmissionID *int64  `json:"submission_id"`
+	Attempt      *int    `json:"attempt"`
+	Events       []Event `json:"events,omitempty"`
 }
 
 // Event is one event of an execution.
@@ -259,9 +273,10 @@ func NewTask(s tasklingtype.TaskInfo) Task {
 		Application: s.Application, Task: s.Task, Limit: s.Limit, LimitSource: string(s.LimitSource),
 		DeclaredLimit: nonZero(s.DeclaredLimit), DeclaredBy: nonEmpty(s.DeclaredBy), Enabled: o.Enabled,
 		SlotsUsed: s.SlotsUsed, SlotsTotal: s.SlotsTotal, SlotsRetiring: s.SlotsRetiring, Fence: s.Fence,
-		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince),
-		Disagreement: disagreementOf(s.Disagreement),
-		Retired:      retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
+		Waiting: s.Waiting, OldestWaitSince: nonZeroTime(s.OldestWaitSince), QueuedSubmissions: s.QueuedSubmissions,
+		CriticalSectionOf: sectionOf(s.Task),
+		Disagreement:      disagreementOf(s.Disagreement),
+		Retired:           retirementView(s.Retired), HasSchedule: s.HasSchedule, ScheduleRetired: retirementView(s.ScheduleRetired),
 		EnabledNow: s.Enabled, EnabledSource: string(s.EnabledSource),
 		KeyLimit: nonZero(s.KeyLimit), KeyLimitSource: string(s.KeyLimitSource), KeysWaiting: s.KeysWaiting,
 		Rate: nonEmpty(s.Rate.String()), RateSource: string(s.RateSource), KeyRate: nonEmpty(s.KeyRate.String()),
@@ -293,6 +308,14 @@ func NewTask(s tasklingtype.TaskInfo) Task {
 	return t
 }
 
+// sectionOf is the task whose critical section task is, or nil if task is none.
+func sectionOf(task string) *string {
+	if of, ok := strings.CutSuffix(task, taskling.SectionSuffix); ok {
+		return &of
+	}
+	return nil
+}
+
 // NewSlots converts a task's slots.
 func NewSlots(slots []tasklingtype.Slot) []Slot {
 	out := make([]Slot, 0, len(slots))
@@ -321,7 +344,7 @@ func NewExecution(x tasklingtype.ExecutionInfo, events []tasklingtype.ExecutionE
 		HeaderError:  nonEmpty(x.HeaderError),
 		FencingToken: nonZero(x.FencingToken), BlockedReason: nonEmpty(x.BlockedReason),
 		ReclaimedAt: nonZeroTime(x.ReclaimedAt), ScheduledFor: nonZeroTime(x.ScheduledFor),
-		LibraryVersion: x.LibraryVersion, Key: x.Key, Cost: x.Cost,
+		LibraryVersion: x.LibraryVersion, Key: x.Key, Cost: x.Cost, SubmissionID: nonZero(x.SubmissionID), Attempt: nonZero(x.Attempt),
 	}
 	e.ItemsDone, e.ItemsTotal = progress(x.ItemsDone, x.ItemsTotal)
 	for _, ev := range events {

@@ -11,7 +11,6 @@
 package principals
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -21,9 +20,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/BurntSushi/toml"
 )
@@ -85,7 +85,8 @@ func CheckRole(r Role) error {
 }
 
 // Parse reads a principals file's text: every principal has a valid name, a role and a token
-// hash, and no name or hash appears twice. Unknown keys are refused.
+// hash, and no name or hash appears twice. Unknown keys are refused, and so are keys in another
+// case (`Name`, `[[Principal]]`).
 func Parse(text []byte) ([]Principal, error) {
 	var doc struct {
 		Principal []Principal `toml:"principal"`
@@ -100,6 +101,14 @@ func Parse(text []byte) ([]Principal, error) {
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		return nil, fmt.Errorf("%w: unknown key %q; want [[principal]] tables of name, role and token_sha256", ErrMalformed, undecoded[0].String())
+	}
+	// The decoder matches keys without regard to case, and of two that differ only so it keeps
+	// either, at random: [[Principal]] beside [[principal]] would make the file mean one thing
+	// to one read and another to the next.
+	for _, k := range md.Keys() {
+		if !slices.Equal(k, toml.Key{"principal"}) && (len(k) != 2 || k[0] != "principal" || !slices.Contains([]string{"name", "role", "token_sha256"}, k[1])) {
+			return nil, fmt.Errorf("%w: key %q: keys are lowercase; want [[principal]] tables of name, role and token_sha256", ErrMalformed, k.String())
+		}
 	}
 	names, hashes := map[string]bool{}, map[string]bool{}
 	for i, p := range doc.Principal {
@@ -126,26 +135,36 @@ func Parse(text []byte) ([]Principal, error) {
 }
 
 // ReadFile reads the file at path (following symlinks): a regular file of at most MaxFileSize
-// bytes.
+// bytes. Anything else — a FIFO, a device, a directory — is refused without waiting on it.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	text, _, err := readFile(path)
+	return text, err
+}
+
+// readFile is ReadFile, with what the file read is (its mode and owner, for a rewrite).
+func readFile(path string) ([]byte, os.FileInfo, error) {
+	// O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below, as in
+	// taskling/settingsfile); reads of a regular file ignore the flag.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
+		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
-	} else if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("principals: %s is not a regular file", path)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("principals: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("principals: %s is not a regular file (mode %s)", path, st.Mode())
 	}
 	text, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("principals: %w", err)
+		return nil, nil, fmt.Errorf("principals: %w", err)
 	}
 	if len(text) > MaxFileSize {
-		return nil, fmt.Errorf("principals: %s is larger than %d bytes", path, MaxFileSize)
+		return nil, nil, fmt.Errorf("principals: %s is larger than %d bytes", path, MaxFileSize)
 	}
-	return text, nil
+	return text, st, nil
 }
 
 // Load reads and parses the file at path.
@@ -172,123 +191,6 @@ func NewToken() string {
 func HashToken(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])
-}
-
-// Add makes a new token for a new principal, appends the principal to the file at path (created
-// if missing) and returns the token, which is printed once and stored nowhere. The file is
-// rewritten whole — its text kept, the new table after it — into a temporary file renamed over
-// it, so that a server reading it never sees half a table; it ends with mode 0600. A name the
-// file has already is refused.
-func Add(path, name string, role Role) (string, error) {
-	if err := CheckName(name); err != nil {
-		return "", fmt.Errorf("principals: %w", err)
-	}
-	if err := CheckRole(role); err != nil {
-		return "", fmt.Errorf("principals: %w", err)
-	}
-	text, err := ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		text, err = nil, nil
-	}
-	if err != nil {
-		return "", err
-	}
-	ps, err := Parse(text)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
-	}
-	for _, p := range ps {
-		if p.Name == name {
-			return "", fmt.Errorf("principals: %s already has a principal %q (remove it first to give it a new token)", path, name)
-		}
-	}
-	token := NewToken()
-	var b bytes.Buffer
-	b.Write(text)
-	if len(text) > 0 && !bytes.HasSuffix(text, []byte("\n")) {
-		b.WriteByte('\n')
-	}
-	if len(text) > 0 {
-		b.WriteByte('\n')
-	}
-	fmt.Fprintf(&b, "[[principal]]\nname = %q\nrole = %q\ntoken_sha256 = %q\n", name, role, HashToken(token))
-	if _, err := Parse(b.Bytes()); err != nil {
-		return "", fmt.Errorf("principals: the file would not parse after adding %q: %w", name, err)
-	}
-	return token, replace(path, b.Bytes())
-}
-
-// Remove removes the principal named name from the file at path, keeping the rest of its text:
-// the [[principal]] table that names it, up to the next table, goes. Its token stops working at
-// once for a server that rereads the file, and its sessions end.
-func Remove(path, name string) error {
-	text, err := ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if _, err := Parse(text); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	var out []string
-	found := false
-	for _, block := range tables(string(text)) {
-		ps, err := Parse([]byte(block))
-		if err == nil && len(ps) == 1 && ps[0].Name == name {
-			found = true
-			continue
-		}
-		out = append(out, block)
-	}
-	if !found {
-		return fmt.Errorf("%w: %s has no principal %q", ErrNotFound, path, name)
-	}
-	return replace(path, []byte(strings.Join(out, "")))
-}
-
-// tables splits a file's text before each line that opens a [[principal]] table.
-func tables(text string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(text); {
-		end := strings.IndexByte(text[i:], '\n')
-		if end < 0 {
-			end = len(text) - i - 1
-		}
-		if strings.TrimSpace(text[i:i+end+1]) == "[[principal]]" && i > start {
-			out = append(out, text[start:i])
-			start = i
-		}
-		i += end + 1
-	}
-	return append(out, text[start:])
-}
-
-// replace writes text to a temporary file beside path (mode 0600) and renames it over path.
-func replace(path string, text []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("principals: %w", err)
-	}
-	defer os.Remove(f.Name()) // after a successful rename there is nothing left to remove
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("principals: %w", err)
-	}
-	if _, err := f.Write(text); err != nil {
-		f.Close()
-		return fmt.Errorf("principals: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("principals: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("principals: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("principals: %w", err)
-	}
-	return nil
 }
 
 // Set is a set of principals that authenticates tokens.

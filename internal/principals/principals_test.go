@@ -4,9 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,6 +31,8 @@ func TestParseRefusesWhatIsNotAPrincipal(t *testing.T) {
 		"[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + HashToken("x") + "\"": "appears twice",
 		"[[principal]]\nname = \"a\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[principal]]\nname = \"b\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"":      "token of another principal",
 		"[[principal]\n": "line 2: expected end of table array",
+		"[[principal]]\nname = \"alice\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"\n[[Principal]]\nname = \"bob\"\nrole = \"read\"\ntoken_sha256 = \"" + HashToken("x") + "\"": `key "Principal": keys are lowercase`,
+		"[[principal]]\nname = \"alice\"\nName = \"bob\"\nrole = \"read\"\ntoken_sha256 = \"" + aliceHash + "\"":                                                                            `key "principal.Name": keys are lowercase`,
 	} {
 		_, err := Parse([]byte(text))
 		require.ErrorIs(t, err, ErrMalformed, text)
@@ -151,4 +155,61 @@ func TestSourceRereadsTheFile(t *testing.T) {
 	require.ErrorContains(t, err, "no such file")
 	_, err = NewSource("/dev/zero", "")
 	require.ErrorContains(t, err, "not a regular file")
+}
+
+// TestCurrentDoesNotWaitForALookUnderWay: while one call reads the file (slowly), the others
+// return the principals of the previous look at once, rather than waiting on the Source's lock.
+func TestCurrentDoesNotWaitForALookUnderWay(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "principals.toml")
+	alice, err := Add(path, "alice", RoleOperate)
+	require.NoError(t, err)
+	s, err := NewSource(path, "")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	now := time.Now()
+	s.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reading, release := make(chan struct{}), make(chan struct{})
+	s.read = func(path string) ([]byte, error) {
+		close(reading)
+		<-release
+		return ReadFile(path)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	bob, err := Add(path, "bob", RoleRead)
+	require.NoError(t, err)
+	mu.Lock()
+	now = now.Add(CheckInterval)
+	mu.Unlock()
+
+	looked := make(chan *Set)
+	go func() {
+		set, _ := s.Current()
+		looked <- set
+	}()
+	<-reading
+	inTime(t, "Current beside a slow look", func() {
+		for range 3 {
+			set, change := s.Current()
+			assert.Nil(t, change)
+			_, ok := set.Authenticate(alice)
+			assert.True(t, ok)
+			_, ok = set.Authenticate(bob)
+			assert.False(t, ok, "not looked at yet")
+		}
+	})
+	close(release)
+	set := <-looked
+	_, ok := set.Authenticate(bob)
+	require.True(t, ok)
+	set, change := s.Current()
+	require.Nil(t, change)
+	_, ok = set.Authenticate(bob)
+	require.True(t, ok, "the look's principals are the Source's now")
 }

@@ -16,19 +16,23 @@ const CheckInterval = time.Second
 type Source struct {
 	path, token string
 	now         func() time.Time
+	read        func(path string) ([]byte, error) // ReadFile; tests slow it down
 
 	mu      sync.Mutex
 	checked time.Time
-	text    []byte
-	good    *Set // the principals of the file's last valid text, the token's included
+	looking bool // a look at the file is under way, outside mu: the others use current meanwhile
 	current *Set
+
+	// Only the one look under way uses these (looking hands them from one look to the next).
+	text    []byte
+	good    *Set   // the principals of the file's last valid text, the token's included
 	problem string // why the file's current text is refused ("" when it is not)
 }
 
 // NewSource reads the file at path ("": no file) and returns its principals with the token's
 // ("": none). An unreadable or invalid file is an error.
 func NewSource(path, token string) (*Source, error) {
-	s := &Source{path: path, token: token, now: time.Now}
+	s := &Source{path: path, token: token, now: time.Now, read: ReadFile}
 	s.current = NewSet(nil, token)
 	if path == "" {
 		return s, nil
@@ -58,36 +62,61 @@ type Change struct {
 }
 
 // Current returns the principals known now. When the file's text changed since the last look,
-// it also returns what changed (nil otherwise).
+// it also returns what changed (nil otherwise). The file is read outside the Source's lock: while
+// one call looks at it, the others return the principals of the previous look without waiting.
 func (s *Source) Current() (*Set, *Change) {
+	set, due := s.due()
+	if !due {
+		return set, nil
+	}
+	next, change := s.look() // outside the lock: the file may be slow to read
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.looking = false
+	if next != nil {
+		s.current = next
+	}
+	return s.current, change
+}
+
+// due returns the principals known now, and whether the caller is to look at the file: the
+// first call a CheckInterval after the last look, when no look is under way.
+func (s *Source) due() (*Set, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if s.path == "" || now.Sub(s.checked) < CheckInterval {
-		return s.current, nil
+	if s.path == "" || s.looking || now.Sub(s.checked) < CheckInterval {
+		return s.current, false
 	}
-	s.checked = now
-	text, err := ReadFile(s.path)
+	s.checked, s.looking = now, true
+	return s.current, true
+}
+
+// look reads the file and returns its principals and what changed, or nil when its text did not
+// change. Only the look under way calls it.
+func (s *Source) look() (*Set, *Change) {
+	text, err := s.read(s.path)
 	if err == nil && bytes.Equal(text, s.text) && s.problem == "" {
-		return s.current, nil
+		return nil, nil
 	}
 	var ps []Principal
 	if err == nil {
 		ps, err = Parse(text)
 	}
 	if err != nil {
-		s.current, s.text = NewSet(nil, s.token), nil // fail closed: a removal must never be undone by a typo
+		s.text = nil // fail closed: a removal must never be undone by a typo
+		refused := NewSet(nil, s.token)
 		if err.Error() == s.problem {
-			return s.current, nil // reported already
+			return refused, nil // reported already
 		}
 		s.problem = err.Error()
-		return s.current, &Change{Problem: s.problem}
+		return refused, &Change{Problem: s.problem}
 	}
 	next := NewSet(ps, s.token)
 	c := &Change{}
 	if s.good != nil {
 		c.Gone = s.good.Gone(next)
 	}
-	s.text, s.good, s.current, s.problem = text, next, next, ""
+	s.text, s.good, s.problem = text, next, ""
 	return next, c
 }

@@ -85,8 +85,8 @@ func normalize(m map[string]string) map[string]string {
 
 // TestMetricsPageListsWhatIsExported: docs/metrics.md lists every metric the collector exports,
 // with its type and labels, and nothing else; and so for the settings file's collector. Every
-// hook is fed once and the database holds a task, a block and a submission, so that every
-// metric has a series.
+// hook is fed once and the database holds a task, its critical section, a block and a submission,
+// so that every metric has a series.
 func TestMetricsPageListsWhatIsExported(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -96,7 +96,14 @@ func TestMetricsPageListsWhatIsExported(t *testing.T) {
 	t.Cleanup(client.Close)
 	m := New(client)
 	require.NoError(t, client.Run(ctx, "app", "task", func(ctx context.Context, e *taskling.Execution) error {
-		_, err := e.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
+		cs, err := e.CriticalSection(ctx, 0) // its task is marked by taskling_critical_section
+		if err != nil {
+			return err
+		}
+		if err := cs.Release(ctx); err != nil {
+			return err
+		}
+		_, err = e.NumericBlocks(ctx, taskling.NumericRange{From: 1, To: 10, MaxSize: 10}, nil)
 		return err
 	}, nil))
 	_, err = client.Submit(ctx, "app", "task", nil)

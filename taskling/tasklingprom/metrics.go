@@ -28,10 +28,11 @@
 //	taskling_blocks_at_retry_limit{task}     blocks no execution with the same options takes
 //	                                         again (BlockInfo.AtRetryLimit; gauge)
 //	taskling_grants_total{task}              starts granted a slot
-//	taskling_denials_total{task,reason}      starts denied: reason limit (the task's), key_limit (its
-//	                                         key's), rate (the task's), key_rate (its key's), disabled,
-//	                                         duplicate or retired (Work counts a deferral as a rate denial)
-//	                                         (a WaitForSlot start counts once, when it gives up)
+//	taskling_denials_total{task,reason}      starts refused: reason limit (the task's), key_limit (its
+//	                                         key's), rate (the task's), key_rate (its key's), duplicate
+//	                                         (each recorded as a blocked execution), disabled or retired
+//	                                         (Work counts a deferral as a rate denial; a WaitForSlot
+//	                                         start counts once, when it gives up)
 //	taskling_reclaims_total{task}            slots taken from, or removed with, dead holders
 //	taskling_lease_losses_total{task}        executions whose context was cancelled by ErrLeaseLost
 //	taskling_heartbeat_failures_total{task}  heartbeats that failed and were retried
@@ -47,6 +48,9 @@
 //	                                         panicked or lease_lost
 //	taskling_submissions{task,status}        submissions by status: waiting, in_progress, completed,
 //	                                         dead, cancelled (gauge, from the DB)
+//	taskling_critical_section{task,of}       1 for each task that is a task's critical section (an
+//	                                         internal task, "<task> [critical section]"), of that task:
+//	                                         "unless on (task) taskling_critical_section" leaves them out
 //	taskling_metrics_scrape_errors_total     scrapes whose database query for the gauges failed
 package tasklingprom
 
@@ -90,6 +94,7 @@ type Metrics struct {
 	nextAllowed       *prometheus.Desc
 	keyCost           *prometheus.Desc
 	keyWaiting        *prometheus.Desc
+	criticalSection   *prometheus.Desc
 	scrapeErrors      prometheus.Counter
 	opts              Options
 
@@ -110,6 +115,10 @@ type Options struct {
 	Keys map[string][]string
 }
 
+// denialsHelp says which denials are the executions the dashboard and the CLI show as blocked.
+const denialsHelp = "Starts refused, by reason: limit, key_limit, rate, key_rate, duplicate (each recorded as a blocked execution), " +
+	"disabled, retired (recorded nowhere)."
+
 // New returns the metrics of client, which it starts counting through client.AddHooks.
 func New(client *taskling.Client) *Metrics { return NewWithOptions(client, Options{}) }
 
@@ -122,7 +131,7 @@ func NewWithOptions(client *taskling.Client, opts Options) *Metrics {
 		client:            client,
 		opts:              opts,
 		grants:            counter("grants_total", "Starts granted a slot.", "task"),
-		denials:           counter("denials_total", "Starts denied, by reason (limit, key_limit, disabled, duplicate, retired).", "task", "reason"),
+		denials:           counter("denials_total", denialsHelp, "task", "reason"),
 		reclaims:          counter("reclaims_total", "Slots taken from, or removed with, dead holders.", "task"),
 		leaseLosses:       counter("lease_losses_total", "Executions whose context was cancelled because the lease was lost.", "task"),
 		heartbeatFailures: counter("heartbeat_failures_total", "Heartbeats that failed and were retried.", "task"),
@@ -159,6 +168,9 @@ func NewWithOptions(client *taskling.Client, opts Options) *Metrics {
 			[]string{"task", "key"}, nil),
 		keyWaiting: prometheus.NewDesc("taskling_key_waiting", "Live waiters of a named key (Options.Keys), read from the database.",
 			[]string{"task", "key"}, nil),
+		criticalSection: prometheus.NewDesc("taskling_critical_section",
+			"1 for each task that is another's critical section (internal, named \"<task> [critical section]\"); of: that other task.",
+			[]string{"task", "of"}, nil),
 		scrapeErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "taskling", Name: "metrics_scrape_errors_total",
 			Help: "Scrapes whose database query for the slot gauges failed."}),
 	}
@@ -224,6 +236,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.nextAllowed
 	ch <- m.keyCost
 	ch <- m.keyWaiting
+	ch <- m.criticalSection
 }
 
 // Collect implements prometheus.Collector. It reads the slot and block gauges from the database
@@ -254,6 +267,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.keysWaiting, prometheus.GaugeValue, float64(t.KeysWaiting), name)
 			if !t.Rate.IsZero() {
 				ch <- prometheus.MustNewConstMetric(m.nextAllowed, prometheus.GaugeValue, t.NextAllowed.Seconds(), name)
+			}
+			if of, ok := strings.CutSuffix(t.Task, taskling.SectionSuffix); ok {
+				ch <- prometheus.MustNewConstMetric(m.criticalSection, prometheus.GaugeValue, 1, name, t.Application+"/"+of)
 			}
 		}
 	}

@@ -316,3 +316,30 @@ func TestRateMetrics(t *testing.T) {
 	require.Equal(t, 1.0, metricValue(t, m, "taskling_denials_total", map[string]string{"task": "app/task", "reason": "rate"}))
 	require.InDelta(t, (30 * time.Minute).Seconds(), metricValue(t, m, "taskling_rate_next_allowed_seconds", map[string]string{"task": "app/task"}), 5)
 }
+
+// TestCriticalSectionsAreMarkedInternal is issue 40 item 7: a task's critical section showed in
+// the metrics as a task of the user's. Its series stay as they were (no label set changes), and
+// taskling_critical_section{task,of} marks it, so that "unless on (task)
+// taskling_critical_section" leaves the internal tasks out.
+func TestCriticalSectionsAreMarkedInternal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pgtest.NewDB(t)
+	client, err := taskling.NewClient(pool, &taskling.Config{HostName: "test-host"})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	m := tasklingprom.New(client)
+	e, err := client.StartExecution(ctx, "examples", "import", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.Complete(context.Background()) })
+	cs, err := e.CriticalSection(ctx, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Release(context.Background()) })
+
+	section := map[string]string{"task": "examples/import [critical section]"}
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_slots_in_use", section), "its gauges stay")
+	require.Equal(t, 1.0, metricValue(t, m, "taskling_critical_section",
+		map[string]string{"task": "examples/import [critical section]", "of": "examples/import"}))
+	require.Equal(t, -1.0, metricValue(t, m, "taskling_critical_section", map[string]string{"task": "examples/import"}),
+		"the task itself is not marked")
+}

@@ -267,6 +267,19 @@ func (c *Cluster) StopMode(ctx context.Context, mode StopMode) error {
 	return c.stopLocked(ctx, mode)
 }
 
+// StopRunning is Stop that also says whether there was a server to stop.
+func (c *Cluster) StopRunning(ctx context.Context) (bool, error) {
+	l, err := lockFile(ctx, c.lockPath)
+	if err != nil {
+		return false, err
+	}
+	defer l.unlock()
+	if _, _, ok := c.livePostmaster(); !ok {
+		return false, nil
+	}
+	return true, c.stopLocked(ctx, StopFast)
+}
+
 func (c *Cluster) stopLocked(ctx context.Context, mode StopMode) error {
 	if _, _, ok := c.livePostmaster(); !ok {
 		return nil

@@ -27,14 +27,21 @@
       })
       .then(function (html) {
         if (pressed || typing()) { return; } // the next interval brings it
-        document.getElementById("content").innerHTML = html;
-        document.getElementById("refresh-status").textContent = "updated " + new Date().toLocaleTimeString();
+        // The page's summary and its content, around the forms (which the refresh leaves alone).
+        var parts = new DOMParser().parseFromString(html, "text/html");
+        [["summary", "summary-part"], ["content", "content-part"]].forEach(function (p) {
+          var into = document.getElementById(p[0]), from = parts.getElementById(p[1]);
+          if (into && from) { into.replaceChildren.apply(into, Array.prototype.slice.call(from.childNodes)); }
+        });
+        document.getElementById("refresh-status").textContent = "updated " + utcClock(new Date());
       })
       .catch(function (e) {
         document.getElementById("refresh-status").textContent = "refresh failed: " + e.message;
       })
       .finally(function () { refreshing = false; });
   }
+  // The time of day as the pages' tables show times: UTC, 24-hour ("15:04:05Z").
+  function utcClock(d) { return d.toISOString().slice(11, 19) + "Z"; }
   // Nor while a field of the content is being filled in, which would lose what was typed.
   function typing() {
     var a = document.activeElement;
@@ -118,8 +125,12 @@
   // The key form sets or clears the operator's override of one key's limit and rate.
   var keyForm = document.getElementById("key-form");
   if (keyForm) {
+    // The key goes in the query: in the path, "." and ".." would be dropped by the browser
+    // (keys/. is keys/), and the empty key would be ambiguous.
     var keyURL = function () {
-      return keyForm.dataset.api + encodeURIComponent(document.getElementById("key-input").value);
+      var u = new URL(keyForm.dataset.api, document.baseURI);
+      u.searchParams.set("key", document.getElementById("key-input").value);
+      return u.href;
     };
     var keySaved = function (task) {
       show("key-form-status", "saved: " + task.keys_total + " keys", true);

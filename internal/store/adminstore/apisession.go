@@ -13,13 +13,31 @@ import (
 
 // Sign-in sessions of the HTTP API (taskling.api_session), known by the SHA-256 of their id.
 
-// StartAPISession stores a session of principal for ttl, and deletes the expired ones (by the
-// expiry index). The database clock dates it.
-func (s *Store) StartAPISession(ctx context.Context, idSHA256 []byte, principal, credential string, ttl time.Duration) error {
+// apiSessionLockClass is the first key of the advisory lock that serializes the sign-ins of a
+// principal (the second is the hash of its name), so that concurrent ones keep its cap: "tkas".
+const apiSessionLockClass = 0x746b6173
+
+// StartAPISession stores a session of principal for ttl and ends the principal's oldest live
+// sessions past keep (the new one included), and deletes the expired ones (by the expiry index).
+// The database clock dates it.
+func (s *Store) StartAPISession(ctx context.Context, idSHA256 []byte, principal, credential string, ttl time.Duration, keep int) error {
+	if keep < 1 {
+		return fmt.Errorf("start a session of %s: keep is %d; want at least 1", principal, keep)
+	}
 	b := &pgx.Batch{}
+	// One implicit transaction; the lock in a statement of its own, since a statement's snapshot
+	// is taken before it waits.
+	b.Queue(`SELECT pg_advisory_xact_lock($1, hashtext($2))`, int32(apiSessionLockClass), principal)
 	b.Queue(`DELETE FROM taskling.api_session WHERE expires_at <= now()`)
-	b.Queue(`INSERT INTO taskling.api_session (id_sha256, principal, credential, expires_at)
-VALUES ($1, $2, $3, now() + $4::interval)`, idSHA256, principal, credential, ttl)
+	// clock_timestamp: after the lock, so that created_at orders the principal's sign-ins.
+	b.Queue(`INSERT INTO taskling.api_session (id_sha256, principal, credential, created_at, expires_at)
+VALUES ($1, $2, $3, clock_timestamp(), now() + $4::interval)`, idSHA256, principal, credential, ttl)
+	// By the principal index: a principal has at most keep sessions to sort.
+	b.Queue(`DELETE FROM taskling.api_session WHERE id_sha256 IN (
+    SELECT id_sha256 FROM taskling.api_session
+    WHERE principal = $1 AND id_sha256 <> $2
+    ORDER BY created_at DESC, id_sha256 DESC
+    OFFSET $3)`, principal, idSHA256, keep-1)
 	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("start a session of %s: %w", principal, err)
 	}

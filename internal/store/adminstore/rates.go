@@ -159,6 +159,7 @@ var rateStatesSQLs = execution.PartitionsOf(rateStatesSQL)
 // querier runs a query: the pool or a transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // rateState is what rateStatesSQL read of a task: the overrides, the declaration, the task's
@@ -291,7 +292,7 @@ func (st rateState) keyed() bool {
 
 // keyRates adds to byKey the keys named by limits or by rates, and returns the task's rate state
 // with the tats of every key in byKey.
-func (s *Store) keyRates(ctx context.Context, taskID int64, byKey map[string]*tasklingtype.KeyInfo, limits ...map[string]int) (rateState, error) {
+func (s *Store) keyRates(ctx context.Context, q querier, taskID int64, byKey map[string]*tasklingtype.KeyInfo, limits ...map[string]int) (rateState, error) {
 	add := func(k string) {
 		if byKey[k] == nil {
 			byKey[k] = &tasklingtype.KeyInfo{Key: k}
@@ -302,7 +303,7 @@ func (s *Store) keyRates(ctx context.Context, taskID int64, byKey map[string]*ta
 			add(k)
 		}
 	}
-	states, err := s.readRateStates(ctx, s.db, []int64{taskID}, nil)
+	states, err := s.readRateStates(ctx, q, []int64{taskID}, nil)
 	st, ok := states[taskID]
 	if err != nil || !ok {
 		return st, err
@@ -315,6 +316,6 @@ func (s *Store) keyRates(ctx context.Context, taskID int64, byKey map[string]*ta
 	if !st.keyed() {
 		return st, nil
 	}
-	states, err = s.readRateStates(ctx, s.db, []int64{taskID}, slices.Collect(maps.Keys(byKey)))
+	states, err = s.readRateStates(ctx, q, []int64{taskID}, slices.Collect(maps.Keys(byKey)))
 	return states[taskID], err
 }

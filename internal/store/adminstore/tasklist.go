@@ -306,8 +306,13 @@ func (s *Store) readTaskPage(ctx context.Context, sql string, args []any) (TaskL
 			ids[i] = k.ID
 		}
 		rates, err := s.readRateStates(ctx, tx, ids, nil)
+		if err != nil {
+			return err
+		}
+		queued, err := readQueued(ctx, tx, ids)
 		for i := range out.Tasks {
 			applyTaskRates(&out.Tasks[i], rates[ids[i]])
+			out.Tasks[i].QueuedSubmissions = queued[ids[i]]
 		}
 		return err
 	})

@@ -38,31 +38,97 @@ ON CONFLICT (task_id) DO UPDATE SET other_limit = excluded.other_limit, other_ho
 	return nil
 }
 
-// TaskSummary returns one task with its id, or id 0 if it does not exist.
-func (s *Store) TaskSummary(ctx context.Context, app, task string) (tasklingtype.TaskInfo, int64, error) {
-	rows, err := s.db.Query(ctx, `SELECT * FROM taskling.task_summary WHERE application_name = $1 AND task_name = $2`, app, task)
-	if err != nil {
-		return tasklingtype.TaskInfo{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
-	}
-	defer rows.Close()
-	var t tasklingtype.TaskInfo
+// taskSummarySQL reads one task as the task lists do.
+const taskSummarySQL = `SELECT * FROM taskling.task_summary WHERE application_name = $1 AND task_name = $2`
+
+// TaskDetail returns one task with its slots and at most maxKeys of its keys, and its id; id 0 if
+// it does not exist. Everything is read in one snapshot (a read-only REPEATABLE READ transaction),
+// and SlotsUsed counts the slots read whose holder is alive, so that the summary and the slots
+// always agree (read apart, a start or an end between the reads made them differ).
+func (s *Store) TaskDetail(ctx context.Context, app, task string, maxKeys int) (tasklingtype.TaskDetail, int64, error) {
+	var d tasklingtype.TaskDetail
 	var id int64
-	if rows.Next() {
-		t, id, err = scanSummary(rows)
-	}
-	if err == nil {
-		err = rows.Err()
-	}
-	rows.Close()
-	if err == nil && id != 0 {
-		var rates map[int64]rateState
-		rates, err = s.readRateStates(ctx, s.db, []int64{id}, nil)
-		applyTaskRates(&t, rates[id])
-	}
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, taskSummarySQL, app, task)
+		if err != nil {
+			return err
+		}
+		if rows.Next() {
+			d.TaskInfo, id, err = scanSummary(rows)
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+		if err != nil || id == 0 {
+			return err
+		}
+		rates, err := s.readRateStates(ctx, tx, []int64{id}, nil)
+		if err != nil {
+			return err
+		}
+		applyTaskRates(&d.TaskInfo, rates[id])
+		queued, err := readQueued(ctx, tx, []int64{id})
+		if err != nil {
+			return err
+		}
+		d.QueuedSubmissions = queued[id]
+		if d.Slots, err = taskSlots(ctx, tx, id); err != nil {
+			return fmt.Errorf("slots: %w", err)
+		}
+		d.SlotsUsed = slotsInUse(d.Slots)
+		if d.Keys, d.KeysTotal, err = s.taskKeys(ctx, tx, id, maxKeys); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return tasklingtype.TaskInfo{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
+		return tasklingtype.TaskDetail{}, 0, fmt.Errorf("task %s/%s: %w", app, task, err)
 	}
-	return t, id, nil
+	return d, id, nil
+}
+
+// slotsInUse counts the slots whose holder is alive: as the token list counts its slots in use
+// (tokens.List.InUse) from the same read.
+func slotsInUse(slots []tasklingtype.Slot) int {
+	n := 0
+	for _, sl := range slots {
+		if sl.Holder != nil && sl.Holder.Alive {
+			n++
+		}
+	}
+	return n
+}
+
+// queuedSQL counts tasks $1's submissions waiting to start, from taskling.submission_tally
+// (migration 0021) as the metrics' taskling_submissions gauge does: the tally's rows follow the
+// tasks and the changes since its last compaction, not the submissions kept (the client compacts
+// it before it reads). A seq scan of that small table, whichever tasks are asked.
+const queuedSQL = `
+SELECT t.task_id, sum(t.n)::bigint FROM taskling.submission_tally t
+WHERE t.task_id = ANY($1) AND t.status = taskling.submission_status('waiting')
+GROUP BY t.task_id`
+
+// readQueued returns the submissions waiting to start of each of the tasks ids (none: absent).
+func readQueued(ctx context.Context, q querier, ids []int64) (map[int64]int, error) {
+	out := map[int64]int{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := q.Query(ctx, queuedSQL, ids)
+	if err != nil {
+		return nil, fmt.Errorf("queued submissions: %w", err)
+	}
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		var id, n int64
+		err := row.Scan(&id, &n)
+		out[id] = int(max(n, 0))
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queued submissions: %w", err)
+	}
+	return out, nil
 }
 
 // scanSummary scans a row of taskling.task_summary after the leading columns into lead, and
@@ -217,74 +283,67 @@ LEFT JOIN taskling.session s ON s.id = e.session_id
 WHERE e.id = ANY($1)
 ORDER BY e.id`
 
-// TaskSlots returns the slots of a task with their holders, in token-list order (for an
-// unlimited task: one slot per execution that may hold it). The token list and the holders are
-// read in one snapshot.
-func (s *Store) TaskSlots(ctx context.Context, taskID int64) ([]tasklingtype.Slot, error) {
-	var out []tasklingtype.Slot
-	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var text, holdersText string
-		if err := tx.QueryRow(ctx, `SELECT tokens, holders FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text, &holdersText); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return nil
-			}
-			return err
+// taskSlots reads the slots of a task with their holders through q, in token-list order (for an
+// unlimited task: one slot per execution that may hold it); none for a task that does not exist.
+func taskSlots(ctx context.Context, q querier, taskID int64) ([]tasklingtype.Slot, error) {
+	var text, holdersText string
+	if err := q.QueryRow(ctx, `SELECT tokens, holders FROM taskling.task_definition WHERE id = $1`, taskID).Scan(&text, &holdersText); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, nil
 		}
-		list, err := tokens.Parse(text)
-		if err != nil {
-			return fmt.Errorf("stored token list: %w", err)
-		}
-		held, err := execution.HolderExecutions(holdersText)
-		if err != nil {
-			return fmt.Errorf("stored holders: %w", err)
-		}
-		unlimited := list.IsUnlimited()
-		ids := list.Grantees()
-		if unlimited {
-			ids = held
-		}
-		rows, err := tx.Query(ctx, holderSQL, ids)
-		if err != nil {
-			return err
-		}
-		holders := map[int64]*tasklingtype.Holder{}
-		var order []int64
-		for rows.Next() {
-			h := &tasklingtype.Holder{Found: true}
-			var ageUS int64
-			if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastHeartbeat, &ageUS, &h.Alive,
-				&h.Fence, &h.ItemsDone, &h.ItemsTotal); err != nil {
-				rows.Close()
-				return err
-			}
-			h.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
-			holders[h.ExecutionID] = h
-			order = append(order, h.ExecutionID)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if unlimited {
-			for _, id := range order {
-				out = append(out, tasklingtype.Slot{TokenID: list.Tokens[0].ID, Status: tasklingtype.SlotStatus(tokens.Unlimited.String()), Holder: holders[id]})
-			}
-			return nil
-		}
-		for _, tok := range list.Tokens {
-			slot := tasklingtype.Slot{TokenID: tok.ID, Status: tasklingtype.SlotStatus(tok.Status.String())}
-			if (tok.Status == tokens.Held || tok.Status == tokens.Retiring) && tok.Grantee != 0 {
-				if h, ok := holders[tok.Grantee]; ok {
-					slot.Holder = h
-				} else {
-					slot.Holder = &tasklingtype.Holder{ExecutionID: tok.Grantee}
-				}
-			}
-			out = append(out, slot)
-		}
-		return nil
-	})
+		return nil, err
+	}
+	list, err := tokens.Parse(text)
 	if err != nil {
-		return nil, fmt.Errorf("slots of task %d: %w", taskID, err)
+		return nil, fmt.Errorf("stored token list: %w", err)
+	}
+	held, err := execution.HolderExecutions(holdersText)
+	if err != nil {
+		return nil, fmt.Errorf("stored holders: %w", err)
+	}
+	unlimited := list.IsUnlimited()
+	ids := list.Grantees()
+	if unlimited {
+		ids = held
+	}
+	rows, err := q.Query(ctx, holderSQL, ids)
+	if err != nil {
+		return nil, err
+	}
+	holders := map[int64]*tasklingtype.Holder{}
+	var order []int64
+	for rows.Next() {
+		h := &tasklingtype.Holder{Found: true}
+		var ageUS int64
+		if err := rows.Scan(&h.ExecutionID, &h.Host, &h.StartedAt, &h.LastHeartbeat, &ageUS, &h.Alive,
+			&h.Fence, &h.ItemsDone, &h.ItemsTotal); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		h.HeartbeatAge = time.Duration(ageUS) * time.Microsecond
+		holders[h.ExecutionID] = h
+		order = append(order, h.ExecutionID)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var out []tasklingtype.Slot
+	if unlimited {
+		for _, id := range order {
+			out = append(out, tasklingtype.Slot{TokenID: list.Tokens[0].ID, Status: tasklingtype.SlotStatus(tokens.Unlimited.String()), Holder: holders[id]})
+		}
+		return out, nil
+	}
+	for _, tok := range list.Tokens {
+		slot := tasklingtype.Slot{TokenID: tok.ID, Status: tasklingtype.SlotStatus(tok.Status.String())}
+		if (tok.Status == tokens.Held || tok.Status == tokens.Retiring) && tok.Grantee != 0 {
+			if h, ok := holders[tok.Grantee]; ok {
+				slot.Holder = h
+			} else {
+				slot.Holder = &tasklingtype.Holder{ExecutionID: tok.Grantee}
+			}
+		}
+		out = append(out, slot)
 	}
 	return out, nil
 }
@@ -296,7 +355,10 @@ type keyColumns struct {
 }
 
 // taskKeysSQL reads task $1's keys: by key, its live holders and their cost (key_holders: every
-// other holder is key ”, cost 1), and its live waiters (the row's queue counts as key ”).
+// other holder is key ”, cost 1), its live waiters (the row's queue counts as key ”) and its
+// submissions waiting to start. The keyed ones are counted from submission_keyed_waiting_idx
+// (their number, not the task's backlog); key ” has the rest of the task's, from the tally
+// (queuedSQL), which changes with the submissions in the same transactions.
 const taskKeysSQL = `
 WITH d AS (SELECT * FROM taskling.task_definition WHERE id = $1),
 h AS (
@@ -308,26 +370,39 @@ h AS (
     WHERE taskling.execution_status(e, x, s.last_heartbeat) = 'in_progress'
     GROUP BY k.key
 ), w AS (
-    SELECT x.key, sum(x.n) AS waiting
-    FROM (SELECT q.key, count(*) AS n FROM taskling.live_key_tickets($1) q GROUP BY q.key
-          UNION ALL
-          SELECT '', count(*) FROM d CROSS JOIN LATERAL taskling.live_tickets(d.queue) q) x
-    GROUP BY x.key HAVING sum(x.n) > 0
+    SELECT q.key, count(*) AS waiting FROM taskling.live_key_tickets($1) q GROUP BY q.key
+    UNION ALL
+    SELECT '', count(*) FROM d CROSS JOIN LATERAL taskling.live_tickets(d.queue) q
+), kq AS (
+    SELECT c.key, count(*) AS queued FROM taskling.submission c
+    WHERE c.task_id = $1 AND c.key <> '' AND c.status = taskling.submission_status('waiting')
+    GROUP BY c.key
+), q AS (
+    SELECT key, queued FROM kq
+    UNION ALL
+    SELECT '', (SELECT coalesce(sum(t.n), 0) FROM taskling.submission_tally t
+                WHERE t.task_id = $1 AND t.status = taskling.submission_status('waiting'))
+             - (SELECT coalesce(sum(queued), 0) FROM kq)
 )
-SELECT coalesce(h.key, w.key), coalesce(h.holders, 0)::integer, coalesce(h.cost, 0)::integer, coalesce(w.waiting, 0)::integer
-FROM h FULL JOIN w ON w.key = h.key`
+SELECT key, sum(holders)::integer, sum(cost)::integer, sum(waiting)::integer, greatest(sum(queued), 0)::integer
+FROM (SELECT key, holders, cost, 0 AS waiting, 0 AS queued FROM h
+      UNION ALL SELECT key, 0, 0, waiting, 0 FROM w
+      UNION ALL SELECT key, 0, 0, 0, queued FROM q) k
+GROUP BY key
+HAVING sum(holders) > 0 OR sum(waiting) > 0 OR sum(queued) > 0`
 
 // keyLimitsSQL reads what limits task $1's keys.
 const keyLimitsSQL = `SELECT key_limit, key_overrides, declared_key_limit, declared_keys FROM taskling.task_definition WHERE id = $1`
 
-// TaskKeys returns a task's busiest keys (most cost in use, then most waiters) and its named
-// keys, each with its limit in force and where it comes from, at most max, and how many there are;
-// none for a task that has no keys (only key "", and no key limit).
-func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]tasklingtype.KeyInfo, int, error) {
+// taskKeys reads through q a task's busiest keys (most cost in use, then most waiters, then most
+// submissions queued) and its named keys, each with its limit in force and where it comes from,
+// at most max, and how many there are; none for a task that has no keys (only key "", not named
+// by an override or a declaration, and no key limit).
+func (s *Store) taskKeys(ctx context.Context, q querier, taskID int64, max int) ([]tasklingtype.KeyInfo, int, error) {
 	var o execution.Overrides
 	var overrides, declared string
 	var declaredLimit *int
-	if err := s.db.QueryRow(ctx, keyLimitsSQL, taskID).Scan(&o.KeyLimit, &overrides, &declaredLimit, &declared); err != nil {
+	if err := q.QueryRow(ctx, keyLimitsSQL, taskID).Scan(&o.KeyLimit, &overrides, &declaredLimit, &declared); err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
 	var err error
@@ -341,14 +416,14 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 	if declaredLimit != nil {
 		decl.KeyLimit = *declaredLimit
 	}
-	rows, err := s.db.Query(ctx, taskKeysSQL, taskID)
+	rows, err := q.Query(ctx, taskKeysSQL, taskID)
 	if err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
 	byKey := map[string]*tasklingtype.KeyInfo{}
 	for rows.Next() {
 		var k tasklingtype.KeyInfo
-		if err := rows.Scan(&k.Key, &k.Holders, &k.CostInUse, &k.Waiting); err != nil {
+		if err := rows.Scan(&k.Key, &k.Holders, &k.CostInUse, &k.Waiting, &k.QueuedSubmissions); err != nil {
 			rows.Close()
 			return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 		}
@@ -357,12 +432,15 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 	if err := rows.Err(); err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
-	rates, err := s.keyRates(ctx, taskID, byKey, o.KeyLimits, decl.KeyLimits)
+	rates, err := s.keyRates(ctx, q, taskID, byKey, o.KeyLimits, decl.KeyLimits)
 	if err != nil {
 		return nil, 0, fmt.Errorf("keys of task %d: %w", taskID, err)
 	}
-	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil && !rates.keyed() {
-		return nil, 0, nil // a task without keys: its holders and waiters are the task's own
+	// A task without keys: its holders, waiters and submissions are the task's own. An empty key
+	// named by an override or a declaration is listed, as any named key is.
+	if _, onlyEmpty := byKey[""]; len(byKey) == 1 && onlyEmpty && decl.KeyLimit == 0 && o.KeyLimit == nil && !rates.keyed() &&
+		len(o.KeyLimits) == 0 && len(decl.KeyLimits) == 0 {
+		return nil, 0, nil
 	}
 	out := make([]tasklingtype.KeyInfo, 0, len(byKey))
 	for _, k := range byKey {
@@ -372,7 +450,8 @@ func (s *Store) TaskKeys(ctx context.Context, taskID int64, max int) ([]taskling
 		out = append(out, *k)
 	}
 	slices.SortFunc(out, func(a, b tasklingtype.KeyInfo) int {
-		return cmp.Or(cmp.Compare(b.CostInUse, a.CostInUse), cmp.Compare(b.Waiting, a.Waiting), cmp.Compare(a.Key, b.Key))
+		return cmp.Or(cmp.Compare(b.CostInUse, a.CostInUse), cmp.Compare(b.Waiting, a.Waiting),
+			cmp.Compare(b.QueuedSubmissions, a.QueuedSubmissions), cmp.Compare(a.Key, b.Key))
 	})
 	return out[:min(len(out), max)], len(out), nil
 }

@@ -14,17 +14,21 @@ import (
 	"github.com/taskling-go/taskling/tasklingtype"
 )
 
-// The execution reads list an execution's columns in scanExecution's order.
+// The execution reads list an execution's columns in scanExecution's order; the submission
+// attempt an execution ran, if any, is found by submission_attempt's unique execution_id.
 
 // scanExecution scans an execution's columns, then into more the columns after them. NULL reads
 // as the zero value (zeronull), as tasklingtype.ExecutionInfo documents it.
 func scanExecution(row pgx.Row, more ...any) (tasklingtype.ExecutionInfo, error) {
 	var x tasklingtype.ExecutionInfo
 	var header []byte // jsonb's text as is (a json.RawMessage would be parsed)
+	var attempt int32
 	err := row.Scan(append([]any{&x.ID, &x.Status, &x.StartedAt, (*zeronull.Timestamptz)(&x.CompletedAt), &x.LastHeartbeat,
 		&x.Host, (*zeronull.Text)(&x.ReferenceValue), &header, (*zeronull.Text)(&x.BlockedReason),
 		(*zeronull.Int8)(&x.FencingToken), (*zeronull.Int8)(&x.ItemsDone), (*zeronull.Int8)(&x.ItemsTotal),
-		(*zeronull.Timestamptz)(&x.ScheduledFor), (*zeronull.Timestamptz)(&x.ReclaimedAt), &x.LibraryVersion, &x.Key, &x.Cost}, more...)...)
+		(*zeronull.Timestamptz)(&x.ScheduledFor), (*zeronull.Timestamptz)(&x.ReclaimedAt), &x.LibraryVersion, &x.Key, &x.Cost,
+		(*zeronull.Int8)(&x.SubmissionID), (*zeronull.Int4)(&attempt)}, more...)...)
+	x.Attempt = int(attempt)
 	x.Header, x.HeaderError = storedjson.Read(header)
 	return x, err
 }
@@ -56,11 +60,12 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost,
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost, a.submission_id, a.attempt,
     d.application_name, d.task_name
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
+LEFT JOIN taskling.submission_attempt a ON a.execution_id = e.id
 JOIN taskling.task_definition d ON d.id = e.task_id
 WHERE e.id = $1`
 
@@ -127,10 +132,11 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost, a.submission_id, a.attempt
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
+LEFT JOIN taskling.submission_attempt a ON a.execution_id = e.id
 WHERE e.task_id = $1 AND e.scheduled_for BETWEEN $2 AND $3
 ORDER BY e.scheduled_for`
 
@@ -166,10 +172,11 @@ SELECT e.id, taskling.execution_status(e, x, s.last_heartbeat) AS status, e.star
     taskling.execution_completed_at(e, x) AS completed_at,
     taskling.execution_last_heartbeat(e, x, s.last_heartbeat) AS last_keep_alive, e.host_name, e.reference_value,
     e.header, e.blocked_reason, e.fence, e.items_done, e.items_total, e.scheduled_for,
-    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost
+    taskling.execution_reclaimed_at(e, x) AS reclaimed_at, e.library_version, e.key, e.cost, a.submission_id, a.attempt
 FROM taskling.task_execution e
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
+LEFT JOIN taskling.submission_attempt a ON a.execution_id = e.id
 WHERE e.task_id = $1
     AND (e.started_at, e.id) < (SELECT c.started_at, c.id FROM taskling.task_execution c WHERE c.id = $2
                                 UNION ALL SELECT 'infinity'::timestamptz, 0 WHERE $2 = 0)

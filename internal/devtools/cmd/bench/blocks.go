@@ -105,7 +105,7 @@ func (e *environment) blockWindow(ctx context.Context, mode string, per int, d t
 	defer done()
 	start := time.Now().Add(3 * time.Second)
 	busy := machineBusy(start, d)
-	results, err := children(ctx, blocksProcs, "-child", mode, "-database-url", pool.Config().ConnString(),
+	results, err := children(ctx, blocksProcs, pool.Config().ConnString(), "-child", mode,
 		"-goroutines", fmt.Sprint(blocksGoroutines), "-limit", fmt.Sprint(blocksProcs*blocksGoroutines), "-isolation", "read committed",
 		"-child-holders", fmt.Sprint(per), "-start-at", fmt.Sprint(start.UnixNano()), "-child-duration", d.String())
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 // childFlags configure a child process of a multi-process scenario.
 type childFlags struct {
 	mode       string // "cycles" or "holders"; "" in the parent
-	dbURL      string
 	goroutines int
 	limit      int
 	iso        string
@@ -32,7 +31,6 @@ type childFlags struct {
 
 func (c *childFlags) register() {
 	flag.StringVar(&c.mode, "child", "", "internal: run one process of a multi-process scenario (cycles, holders, busy, pingpong, blocks, rawblocks)")
-	flag.StringVar(&c.dbURL, "database-url", "", "internal: the database of a child")
 	flag.IntVar(&c.goroutines, "goroutines", 4, "internal: goroutines of a cycles child")
 	flag.IntVar(&c.limit, "limit", 16, "internal: limit declared by a child")
 	flag.StringVar(&c.iso, "isolation", "serializable", "internal: isolation of a child")
@@ -51,9 +49,13 @@ type childResult struct {
 	Handoffs    []bench.Handoff // pingpong: its grants
 }
 
+// childDatabaseEnv names a child's database in its environment (the parent's names the server):
+// a command line is anyone's to read (ps), and the URL holds the password.
+const childDatabaseEnv = "TASKLING_DATABASE_URL"
+
 func (c *childFlags) run(ctx context.Context) error {
 	counter := &bench.StatementCounter{}
-	cfg, err := pgxpool.ParseConfig(c.dbURL)
+	cfg, err := pgxpool.ParseConfig(os.Getenv(childDatabaseEnv))
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func warm(ctx context.Context, pool *pgxpool.Pool, client *taskling.Client, n in
 }
 
 // children runs n child processes with args and collects their results.
-func children(ctx context.Context, n int, args ...string) ([]childResult, error) {
+func children(ctx context.Context, n int, dbURL string, args ...string) ([]childResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -181,7 +183,7 @@ func children(ctx context.Context, n int, args ...string) ([]childResult, error)
 		errs = make(chan error, n)
 	)
 	for range n {
-		cmd := exec.CommandContext(ctx, self, args...)
+		cmd := childCommand(ctx, self, dbURL, args...)
 		cmd.Stderr = os.Stderr
 		wg.Go(func() {
 			b, err := cmd.Output()
@@ -207,10 +209,17 @@ func children(ctx context.Context, n int, args ...string) ([]childResult, error)
 	return out, nil
 }
 
+// childCommand is one child process on the database of dbURL, named in its environment.
+func childCommand(ctx context.Context, self, dbURL string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, self, args...)
+	cmd.Env = append(os.Environ(), childDatabaseEnv+"="+dbURL)
+	return cmd
+}
+
 // multiProcess runs procs child processes of goroutines each against one task of the database.
 func multiProcess(ctx context.Context, pool *pgxpool.Pool, procs, goroutines int, iso taskling.Isolation, d time.Duration) (bench.Result, error) {
 	startAt := time.Now().Add(2 * time.Second) // time for every child to connect and warm up
-	results, err := children(ctx, procs, "-child", "cycles", "-database-url", pool.Config().ConnString(),
+	results, err := children(ctx, procs, pool.Config().ConnString(), "-child", "cycles",
 		"-goroutines", fmt.Sprint(goroutines), "-limit", fmt.Sprint(procs*goroutines),
 		"-isolation", isoName(iso), "-start-at", fmt.Sprint(startAt.UnixNano()), "-child-duration", d.String())
 	var merged bench.Result

@@ -45,7 +45,7 @@ func (e *environment) flow(ctx context.Context, o flowOptions) (*flowResult, err
 		return nil, err
 	}
 	startAt := time.Now().Add(3 * time.Second)
-	results, err := children(ctx, flowProcs, "-child", "busy", "-database-url", pool.Config().ConnString(),
+	results, err := children(ctx, flowProcs, pool.Config().ConnString(), "-child", "busy",
 		"-goroutines", fmt.Sprint(flowWorkers), "-limit", fmt.Sprint(flowLimit), "-isolation", "read committed",
 		"-start-at", fmt.Sprint(startAt.UnixNano()), "-child-duration", o.window.String())
 	done()
@@ -62,7 +62,7 @@ func (e *environment) flow(ctx context.Context, o flowOptions) (*flowResult, err
 	if err != nil {
 		return nil, err
 	}
-	results, err = children(ctx, 2, "-child", "pingpong", "-database-url", pool.Config().ConnString(),
+	results, err = children(ctx, 2, pool.Config().ConnString(), "-child", "pingpong",
 		"-limit", "1", "-isolation", "read committed", "-child-holders", fmt.Sprint(o.handovers),
 		"-start-at", fmt.Sprint(time.Now().Add(2*time.Second).UnixNano()))
 	if err == nil {

@@ -61,7 +61,7 @@ func (e *environment) heartbeats(ctx context.Context, o options) (*heartbeatResu
 			after, sampleErr = sample()
 		}
 	}()
-	results, err := children(ctx, r.procs, "-child", "holders", "-database-url", pool.Config().ConnString(),
+	results, err := children(ctx, r.procs, pool.Config().ConnString(), "-child", "holders",
 		"-limit", fmt.Sprint(heartbeatSlots), "-tasks", fmt.Sprint(r.tasks), "-child-holders", fmt.Sprint(r.holders/r.procs),
 		"-start-at", fmt.Sprint(startAt.UnixNano()), "-child-duration", r.window.String())
 	<-sampled

@@ -7,7 +7,7 @@
 //	                            and no other live lease remains
 //	devdb url                   print the running cluster's URL; exit 1 if it is not running
 //	devdb status                say whether it runs, where, and on which port
-//	devdb stop                  stop it (fast); no error if it is not running
+//	devdb stop                  stop it (fast) and say so, or say that it was not running
 //	devdb restart-immediate     crash it (pg_ctl stop -m immediate) and start it on the same port
 package main
 
@@ -100,7 +100,15 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return c.Stop(ctx)
+		stopped, err := c.StopRunning(ctx)
+		if err != nil {
+			return err
+		}
+		if stopped {
+			fmt.Printf("stopped the cluster in %s\n", c.Dir())
+		} else {
+			fmt.Printf("no cluster running in %s\n", c.Dir())
+		}
 	case "restart-immediate":
 		c, err := pgcluster.Open(nil)
 		if err != nil {
