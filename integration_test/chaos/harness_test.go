@@ -27,6 +27,7 @@ import (
 	"github.com/taskling-go/taskling/internal/devtools/freeport"
 	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/tokens"
@@ -186,14 +187,18 @@ func startProc(t *testing.T, spec workerSpec, slot, incarnation int, px *toxipro
 	if px != nil {
 		dbURL = proxyURL(spec.dbURL, px.Listen)
 	}
-	args := []string{"-db", dbURL, "-ledger", p.ledger, "-host", host,
+	args := []string{"-ledger", p.ledger, "-host", host,
 		"-tasks", spec.tasks, "-g", fmt.Sprint(spec.g), "-interval", spec.interval.String(), "-threshold", spec.threshold.String(),
 		fmt.Sprintf("-same-clock=%v", spec.sameClock)}
 	p.cmd = exec.Command(spec.bin, append(args, spec.extra...)...)
+	p.cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL) // not on the command line: anyone may read that
 	p.cmd.Stderr = &lockedWriter{w: p.stderr}
 	p.cmd.Stdout = &lineWriter{p: p}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.cmd.Process.Pid)); err == nil {
+		testutil.RequireNoDatabaseURL(t, dbURL, []string{string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))})
 	}
 	go func() {
 		p.err = p.cmd.Wait()

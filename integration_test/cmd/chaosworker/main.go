@@ -49,7 +49,6 @@ const ApplicationName = "chaos-worker"
 
 func main() {
 	var (
-		dbURL      = flag.String("db", "", "database URL (through the fault proxy)")
 		ledgerPath = flag.String("ledger", "", "ledger file")
 		host       = flag.String("host", "", "host name recorded on executions (unique per process)")
 		app        = flag.String("app", "chaos", "application name")
@@ -102,7 +101,9 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
+	// The URL comes from the environment: a command line is anyone's to read.
+	dbURL := os.Getenv("TASKLING_DATABASE_URL")
+	if err := run(dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
 		os.Exit(1)
 	}
@@ -146,7 +147,7 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	cfg.MaxConns = int32(g + 4)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	cfg.ConnConfig.ConnectTimeout = 10 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
