@@ -603,7 +603,7 @@ func (r *run) restart() bool {
 	if long {
 		down = r.prof.threshold + 500*time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // crash recovery and a full accept queue on a loaded machine
 	defer cancel()
 	if err := r.srv.cluster.StopMode(ctx, pgcluster.StopImmediate); err != nil {
 		r.t.Errorf("pg stop -m immediate: %v", err)
