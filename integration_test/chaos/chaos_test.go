@@ -388,27 +388,53 @@ func (r *run) openOn(host, task string) int64 {
 
 // stopHolder SIGSTOPs a live process that holds a slot of task at the moment it stops, and
 // returns it, its execution that holds the slot, when it stopped (nil if no try caught one
-// within), and the tries made. Holds last tens of milliseconds, so a holder picked a moment ago
-// may hold nothing by the time the signal lands: it is resumed and another try made. Its ledger
-// says whether it holds, so that a process is stopped for no longer than it takes to read it: a
-// stopped process keeps its locks in the database, and the others wait for them.
+// within), and the tries made. Each try stops every live worker at once, reads their ledgers
+// (a worker records a grant after its start returned and a stop before it completes, so a hold
+// open there is held in the database) and resumes all but one holder of task. Holds last tens of
+// milliseconds: a holder picked first and stopped after was, on a loaded machine, done by the
+// time its SIGSTOP landed, try after try. The others are stopped for no longer than the ledgers
+// take to read (well within the lease): a stopped process keeps its locks in the database, and
+// the others wait for them.
 func (r *run) stopHolder(task string, within time.Duration) (p *proc, exec int64, at time.Time, tries int) {
 	for deadline := time.Now().Add(within); tries == 0 || time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		tries++
-		if p = r.holderOf(task); p == nil {
-			continue
+		r.mu.Lock()
+		var live []*proc
+		for _, q := range r.procs {
+			if q.alive() {
+				live = append(live, q)
+			}
 		}
-		signal(p, syscall.SIGSTOP)
-		waitStopped(p.pid())
+		r.mu.Unlock()
+		for _, q := range live {
+			signal(q, syscall.SIGSTOP)
+		}
+		for _, q := range live {
+			waitStopped(q.pid())
+		}
 		at = r.nem.Now()
+		p, exec = nil, 0
 		r.mu.Lock()
 		r.readHolds()
-		exec = r.openOn(p.host, task)
+		var holders []*proc
+		for _, q := range live {
+			if r.openOn(q.host, task) != 0 {
+				holders = append(holders, q)
+			}
+		}
+		if len(holders) > 0 {
+			p = holders[rand.IntN(len(holders))]
+			exec = r.openOn(p.host, task)
+		}
 		r.mu.Unlock()
-		if exec != 0 {
+		for _, q := range live {
+			if q != p {
+				signal(q, syscall.SIGCONT)
+			}
+		}
+		if p != nil {
 			return p, exec, at, tries
 		}
-		signal(p, syscall.SIGCONT)
 	}
 	return nil, 0, time.Time{}, tries
 }
