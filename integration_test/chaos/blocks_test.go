@@ -66,7 +66,7 @@ func TestChaosBlocks(t *testing.T) {
 		extra: []string{"-blocks", "-range", fmt.Sprintf("%d:%d:%d", prof.from, prof.to, prof.size), "-max-blocks", fmt.Sprint(prof.maxBlocks),
 			"-retry-limit", fmt.Sprint(prof.retryLimit), "-fail-pct", fmt.Sprint(prof.failPct), "-hold", prof.work.String(), "-step", "1ms"}}
 	r := &run{t: t, spec: spec, srv: srv, pool: pool, nem: nem,
-		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
 	for slot := range prof.procs {
 		r.procs = append(r.procs, startProc(t, spec, slot, 0, nil))
 	}

@@ -3,8 +3,10 @@
 // and changes a limit, then judges the run with package checker.
 //
 // TASKLING_CHAOS=long (make chaos) runs the long profile: several minutes, 8 processes × 8
-// goroutines, every fault many times. Otherwise (make test) a short profile of the same runs in
-// well under 90 seconds. Both run both isolation levels, switched at every round of faults
+// goroutines, every fault many times, and isolated kills scheduled until each isolation level
+// has 15 reclaim latencies measured (isolated_test.go). Otherwise (make test) a short profile of
+// the same runs 40 seconds of faults (about 80–90 seconds in all on a loaded 2-core machine),
+// its kills not isolated. Both run both isolation levels, switched at every round of faults
 // (levels_test.go).
 //
 // TestChaosSubmissions (submissions_test.go) runs submissions through Client.Work in 4 processes
@@ -67,30 +69,39 @@ const app = "chaos"
 type profile struct {
 	name       string
 	procs, g   int
-	duration   time.Duration // nemesis time
+	duration   time.Duration // of the rounds of faults
 	interval   time.Duration
 	threshold  time.Duration
 	faultGap   time.Duration
 	limitEvery time.Duration
-	// killWeight is how many of each round's faults are kill -9; with isolateKills, no other
-	// process or server fault comes within 2 × the threshold of a kill, and only those kills'
-	// reclaim latencies are reported (issue 15 item 16: n ≥ 30 in the long profile).
-	killWeight   int
-	isolateKills bool
+	// killWeight is how many of each round's mixed faults are kill -9 (not measured).
+	killWeight int
+	// isolatedPerLevel is how many isolated kills (isolatedKill) each isolation level must have
+	// measured (0: none are made); isolatedPerRound of them open each round, at the level in
+	// force, while it has fewer; those still missing after the rounds are made within
+	// isolatedBudget.
+	isolatedPerLevel, isolatedPerRound int
+	isolatedBudget                     time.Duration
 }
 
-// With isolateKills, the run goes on killing after its duration until minIsolatedKills kills at
-// each isolation level have a measured reclaim latency, or maxKills kills were made in all: a
-// loaded machine leaves fewer kills isolated in the same time (26 of 30 wanted in one run that was
-// otherwise clean, at one level).
-const minIsolatedKills, maxKills = 15, 60
+// The long profile's isolated kills, by the arithmetic: an isolated kill takes the threshold
+// + 1 s of quiet before it (3 s, within which the workers are normally back at work), the catch
+// of a singleton holder (tenths of a second) and its reclaim (the threshold, 2 s): about 5.5 s.
+// A round of the long profile, 3 isolated kills and 8 mixed faults, takes about 45 s, so the
+// 2 × 15 are made in the first 10 rounds of the 9 minutes (the levels alternate). Were the rounds
+// twice as slow, they would make 18 of them and leave 12 for after the rounds, about 70 s; the 4
+// minutes reserved hold all 30 at 8 s each. A kill takes longer only when the workers are slow to
+// come back after a fault (up to isolatedRecoveryFor), no holder is caught (isolatedCatchFor) or
+// its slot is not reclaimed within the threshold + 3 s: a run that ends short had many of those,
+// and its log names each.
+const longIsolatedPerLevel, longIsolatedPerRound, longIsolatedBudget = 15, 3, 4 * time.Minute
 
 func chosenProfile() profile {
 	p := profile{name: "short", procs: 4, g: 6, duration: 40 * time.Second, interval: 200 * time.Millisecond,
 		threshold: 2 * time.Second, faultGap: 500 * time.Millisecond, limitEvery: 1500 * time.Millisecond, killWeight: 1}
 	if os.Getenv("TASKLING_CHAOS") == "long" {
-		p.name, p.procs, p.g, p.duration, p.faultGap = "long", 8, 8, 9*time.Minute, time.Second
-		p.killWeight, p.isolateKills = 3, true
+		p.name, p.procs, p.g, p.duration, p.faultGap, p.killWeight = "long", 8, 8, 9*time.Minute, time.Second, 2
+		p.isolatedPerLevel, p.isolatedPerRound, p.isolatedBudget = longIsolatedPerLevel, longIsolatedPerRound, longIsolatedBudget
 	}
 	return p
 }
@@ -177,7 +188,7 @@ func TestChaos(t *testing.T) {
 		sameClock: srv.cluster != nil, extra: []string{"-isolation-file", lv.path}}
 	pxs := newProxies()
 	r := &run{t: t, prof: prof, spec: spec, srv: srv, pool: pool, nem: nem, operator: operator, lv: lv,
-		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
 	for slot := range prof.procs {
 		px := pxs.add(t, fmt.Sprintf("slot%d", slot), strings.Split(strings.Split(dbURL, "@")[1], "/")[0])
 		r.procs = append(r.procs, startProc(t, spec, slot, 0, px))
@@ -194,11 +205,10 @@ func TestChaos(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second) // let the workers get going
 	lv.markRounds(0)
-	r.nemesis(time.Now().Add(prof.duration))
+	roundsBegan := time.Now()
+	r.nemesis(roundsBegan.Add(prof.duration))
 	lv.markRounds(1)
-	if prof.isolateKills {
-		r.topUpKills(ctx)
-	}
+	r.topUpIsolatedKills(roundsBegan.Add(prof.duration + prof.isolatedBudget))
 	close(stop)
 	wg.Wait()
 
@@ -248,11 +258,15 @@ type run struct {
 	procs       []*proc
 	incarnation int
 	counts      map[string]int
-	kills       map[string]time.Time // host → dead (after wait)
-	killSignal  map[string]time.Time // host → SIGKILL sent
-	isolated    map[string]bool      // host → its kill had no other fault within 2 × the threshold
-	lastEnd     time.Time            // end of the last process or server fault (ledger time)
-	quietUntil  time.Time            // no fault before this, after an isolated kill (ledger time)
+	kills       map[string]time.Time // host → dead (after wait), or stopped before its kill (killHolder)
+	killSignal  map[string]time.Time // host → SIGKILL sent, or SIGSTOP before it (killHolder)
+	caught      map[string]caughtKill
+	tail        *ledgerTail                 // the workers' ledgers, read by readHolds
+	holds       map[string]map[int64]string // host → executions open in its ledger → task
+	granted     map[string]time.Time        // host → its ledger's latest grant (DB clock)
+	lastEnd     time.Time                   // end of the last process or server fault, a kill's at its reclaim (ledger time)
+	quietUntil  time.Time                   // no fault before this, after an isolated kill (ledger time)
+	isolated    isolatedTally
 	outages     []checker.Window
 	pauses      []checker.Window
 	limits      []checker.LimitChange
@@ -270,6 +284,10 @@ func (r *run) logf(format string, args ...any) {
 	r.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
 
+// nemesis makes rounds of faults until until: each round switches the isolation level, opens
+// with the isolated kills its level still needs (roundIsolatedKills), then makes the other faults
+// and killWeight kills in a random order, one at a time, none within the quiet after an isolated
+// kill.
 func (r *run) nemesis(until time.Time) {
 	faults := []func() bool{r.stopLong, r.stopShort, r.restart, r.terminate, r.blackhole, r.latency}
 	for range r.prof.killWeight {
@@ -280,6 +298,7 @@ func (r *run) nemesis(until time.Time) {
 		if round > 0 && r.lv != nil {
 			r.switchLevel(r.lv.other())
 		}
+		r.roundIsolatedKills(until)
 		order := rnd.Perm(len(faults))
 		for _, i := range order {
 			if !time.Now().Before(until) {
@@ -295,33 +314,17 @@ func (r *run) nemesis(until time.Time) {
 	}
 }
 
-// holderProc picks a live process that holds a slot of task right now, else any live process.
+// holderProc picks a live process that holds a slot of task right now (holderOf), else any live
+// process.
 func (r *run) holderProc(task string) *proc {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	rows, err := r.pool.Query(ctx, `
-SELECT e.host_name FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
-WHERE d.application_name = $1 AND d.task_name = $2 AND e.token_id IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id)
-ORDER BY e.id DESC`, app, task)
-	hosts := map[string]bool{}
-	if err == nil {
-		for rows.Next() {
-			var h string
-			if rows.Scan(&h) == nil {
-				hosts[h] = true
-			}
-		}
-		rows.Close()
+	if p := r.holderOf(task); p != nil {
+		return p
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var live []*proc
 	for _, p := range r.procs {
 		if p.alive() {
-			if hosts[p.host] {
-				return p
-			}
 			live = append(live, p)
 		}
 	}
@@ -329,6 +332,111 @@ ORDER BY e.id DESC`, app, task)
 		return nil
 	}
 	return live[rand.IntN(len(live))]
+}
+
+// holderOf picks a live process whose ledger shows it holding a slot of task right now (nil if
+// none does).
+func (r *run) holderOf(task string) *proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.readHolds()
+	var holders []*proc
+	for _, p := range r.procs {
+		if p.alive() && r.openOn(p.host, task) != 0 {
+			holders = append(holders, p)
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	return holders[rand.IntN(len(holders))]
+}
+
+// readHolds brings r.holds up to date with the ledgers: each host's executions whose grant its
+// ledger recorded and whose stop it has not, with their tasks (and r.granted: its latest grant). A worker records a grant once its
+// start returned and a stop before it completes, so an execution open there holds its slot in
+// the database (unless reclaimed, its holder cut off). The caller holds r.mu.
+func (r *run) readHolds() {
+	if r.tail == nil {
+		r.tail, r.holds, r.granted = newLedgerTail(r.spec.dir), map[string]map[int64]string{}, map[string]time.Time{}
+	}
+	for _, e := range r.tail.next() {
+		switch e.Kind {
+		case ledger.KindGrant:
+			if r.holds[e.Host] == nil {
+				r.holds[e.Host] = map[int64]string{}
+			}
+			r.holds[e.Host][e.Exec] = e.Task
+			r.granted[e.Host] = later(r.granted[e.Host], e.At)
+		case ledger.KindStop:
+			delete(r.holds[e.Host], e.Exec)
+		}
+	}
+}
+
+// openOn is host's latest execution open on task, as of the last readHolds (0 if none). The
+// caller holds r.mu.
+func (r *run) openOn(host, task string) int64 {
+	var exec int64
+	for id, t := range r.holds[host] {
+		if t == task && id > exec {
+			exec = id
+		}
+	}
+	return exec
+}
+
+// stopHolder SIGSTOPs a live process that holds a slot of task at the moment it stops, and
+// returns it, its execution that holds the slot, when it stopped (nil if no try caught one
+// within), and the tries made. Each try stops every live worker at once, reads their ledgers
+// (a worker records a grant after its start returned and a stop before it completes, so a hold
+// open there is held in the database) and resumes all but one holder of task. Holds last tens of
+// milliseconds: a holder picked first and stopped after was, on a loaded machine, done by the
+// time its SIGSTOP landed, try after try. The others are stopped for no longer than the ledgers
+// take to read (well within the lease): a stopped process keeps its locks in the database, and
+// the others wait for them.
+func (r *run) stopHolder(task string, within time.Duration) (p *proc, exec int64, at time.Time, tries int) {
+	for deadline := time.Now().Add(within); tries == 0 || time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		tries++
+		r.mu.Lock()
+		var live []*proc
+		for _, q := range r.procs {
+			if q.alive() {
+				live = append(live, q)
+			}
+		}
+		r.mu.Unlock()
+		for _, q := range live {
+			signal(q, syscall.SIGSTOP)
+		}
+		for _, q := range live {
+			waitStopped(q.pid())
+		}
+		at = r.nem.Now()
+		p, exec = nil, 0
+		r.mu.Lock()
+		r.readHolds()
+		var holders []*proc
+		for _, q := range live {
+			if r.openOn(q.host, task) != 0 {
+				holders = append(holders, q)
+			}
+		}
+		if len(holders) > 0 {
+			p = holders[rand.IntN(len(holders))]
+			exec = r.openOn(p.host, task)
+		}
+		r.mu.Unlock()
+		for _, q := range live {
+			if q != p {
+				signal(q, syscall.SIGCONT)
+			}
+		}
+		if p != nil {
+			return p, exec, at, tries
+		}
+	}
+	return nil, 0, time.Time{}, tries
 }
 
 func (r *run) replace(p *proc) {
@@ -363,40 +471,70 @@ func (r *run) targetTask() string {
 	return r.target
 }
 
-// kill: kill -9 of a process holding a slot of the target task (the singleton's); a new process
-// takes its place.
+// caughtKill is a kill that caught a holder (stopHolder): the execution that held a slot of the
+// target task, the level in force, when the process stopped, and whether the kill was isolated.
+type caughtKill struct {
+	exec     int64
+	level    string
+	stopped  time.Time
+	isolated bool
+}
+
+// kill: kill -9 of a process holding a slot of the target task (the singleton's), caught by
+// stopHolder within a second (else a live process picked at random); a new process takes its
+// place.
 func (r *run) kill() bool {
-	quiet := 2 * r.prof.threshold
-	if r.prof.isolateKills {
-		r.mu.Lock()
-		wait := r.lastEnd.Add(quiet).Sub(r.nem.Now())
-		r.mu.Unlock()
-		time.Sleep(wait)
-	}
+	return r.killHolder(false, time.Second)
+}
+
+// killHolder kills a holder of the target task, caught within catchFor (if isolated, none is
+// killed if no try caught one), and waits for its slot to be reclaimed. An isolated kill keeps
+// the next fault off until the threshold + 1 s after the holder stopped.
+func (r *run) killHolder(isolated bool, catchFor time.Duration) bool {
 	r.waitLevelSettled()
-	p := r.holderProc(r.targetTask())
+	p, exec, stopped, tries := r.stopHolder(r.targetTask(), catchFor)
+	if isolated {
+		r.mu.Lock()
+		r.isolated.tries += tries
+		r.isolated.mostTries = max(r.isolated.mostTries, tries)
+		r.mu.Unlock()
+	}
+	if p == nil && !isolated {
+		p, stopped = r.holderProc(r.targetTask()), r.nem.Now()
+	}
 	if p == nil {
 		return false
 	}
+	level := r.lv.killedAt(p.host)
 	signal(p, syscall.SIGKILL)
-	sent := r.nem.Now()
-	r.lv.killedAt(p.host)
-	if r.prof.isolateKills {
-		r.mu.Lock()
-		r.isolated[p.host] = sent.Sub(r.lastEnd) >= quiet
-		r.quietUntil = sent.Add(quiet)
-		r.mu.Unlock()
-	}
 	<-p.done
 	dead := r.nem.Now()
+	// A caught holder acted last when it stopped (the checker judges its holds up to then); the
+	// SIGKILL and its death come after, by as long as the check that it held took.
+	gone := dead
+	if exec != 0 {
+		gone = stopped
+	}
 	r.mu.Lock()
-	r.kills[p.host], r.killSignal[p.host] = dead, sent
+	r.kills[p.host], r.killSignal[p.host] = gone, stopped
+	if exec != 0 {
+		if r.caught == nil {
+			r.caught = map[string]caughtKill{}
+		}
+		r.caught[p.host] = caughtKill{exec: exec, level: level, stopped: stopped, isolated: isolated}
+	}
+	if isolated {
+		r.quietUntil = stopped.Add(r.isolationQuiet())
+	}
 	r.mu.Unlock()
 	r.replace(p)
 	// Wait for a waiter to take the slot before the next fault, so that the reclaim latency is
 	// measured without another fault in the way.
-	reclaimed := r.waitReclaimed(p.host, sent)
-	r.fault(fKill, p.host, sent, dead, fmt.Sprintf("slot reclaimed: %v", reclaimed))
+	reclaimed := r.waitReclaimed(p.host, exec, stopped)
+	r.fault(fKill, p.host, stopped, dead, fmt.Sprintf("execution %d caught (0: none), isolated %v; slot reclaimed: %v", exec, isolated, reclaimed))
+	r.mu.Lock()
+	r.lastEnd = later(r.lastEnd, r.nem.Now()) // a kill is over once its slot is reclaimed
+	r.mu.Unlock()
 	return true
 }
 
@@ -408,7 +546,7 @@ func (r *run) stopLong() bool {
 		return false
 	}
 	// If it held nothing of the target task by the time it stopped, this is still a long pause.
-	reclaimed := r.waitReclaimed(p.host, start)
+	reclaimed := r.waitReclaimed(p.host, 0, start)
 	time.Sleep(100 * time.Millisecond)
 	end := r.nem.Now()
 	signal(p, syscall.SIGCONT)
@@ -419,46 +557,32 @@ func (r *run) stopLong() bool {
 	return true
 }
 
-// pauseHolder SIGSTOPs a process that holds a slot of task at the moment it stops (holds last
-// tens of milliseconds: a holder picked a moment ago may hold nothing by the time the signal
-// lands; it is resumed and another try made, up to 5). It returns the process and when it stopped.
+// pauseHolder SIGSTOPs a process that holds a slot of task at the moment it stops (stopHolder,
+// within 200 ms; else a live process picked at random: a long pause is one all the same). It
+// returns the process and when it stopped.
 func (r *run) pauseHolder(task string) (*proc, time.Time) {
-	for try := 0; ; try++ {
-		p := r.holderProc(task)
-		if p == nil {
-			return nil, time.Time{}
-		}
-		signal(p, syscall.SIGSTOP)
-		waitStopped(p.pid())
-		at := r.nem.Now()
-		if try == 4 || r.holds(p.host) {
-			return p, at
-		}
-		signal(p, syscall.SIGCONT)
-		time.Sleep(20 * time.Millisecond)
+	if p, _, at, _ := r.stopHolder(task, 200*time.Millisecond); p != nil {
+		return p, at
 	}
+	p := r.holderProc(task)
+	if p == nil {
+		return nil, time.Time{}
+	}
+	signal(p, syscall.SIGSTOP)
+	waitStopped(p.pid())
+	return p, r.nem.Now()
 }
 
-// holds reports whether host holds a slot of any task.
-func (r *run) holds(host string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	var ok bool
-	err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution e
-WHERE e.host_name = $1 AND e.token_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM taskling.execution_end x WHERE x.execution_id = e.id))`, host).Scan(&ok)
-	return err == nil && ok
-}
-
-// waitReclaimed waits up to the threshold plus 3s for an execution of host to be reclaimed
-// after since, and reports whether one was.
-func (r *run) waitReclaimed(host string, since time.Time) bool {
+// waitReclaimed waits up to the threshold plus 3s for an execution of host (exec, unless 0) to
+// be reclaimed after since, and reports whether one was.
+func (r *run) waitReclaimed(host string, exec int64, since time.Time) bool {
 	deadline := time.Now().Add(r.prof.threshold + 3*time.Second)
 	for time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		var ok bool
 		err := r.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM taskling.task_execution e JOIN taskling.execution_end x ON x.execution_id = e.id
-WHERE e.host_name = $1 AND x.outcome = 3 AND x.ended_at > $2)`, host, since).Scan(&ok)
+WHERE e.host_name = $1 AND ($3::bigint = 0 OR e.id = $3) AND x.outcome = 3 AND x.ended_at > $2)`, host, since, exec).Scan(&ok)
 		cancel()
 		if err == nil && ok {
 			return true
@@ -505,7 +629,7 @@ func (r *run) restart() bool {
 	if long {
 		down = r.prof.threshold + 500*time.Millisecond
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // crash recovery and a full accept queue on a loaded machine
 	defer cancel()
 	if err := r.srv.cluster.StopMode(ctx, pgcluster.StopImmediate); err != nil {
 		r.t.Errorf("pg stop -m immediate: %v", err)
@@ -709,46 +833,6 @@ func (r *run) limitsOf(task string) []checker.LimitChange {
 		}
 	}
 	return cs
-}
-
-// killLatencies are the reclaim latencies after kill -9 of kills made while level was in force,
-// sorted: from the SIGKILL to the reclaim of the killed process's singleton slot by a waiter, for
-// holders alive at the kill (not already cut off by an earlier fault), and with isolateKills only
-// for isolated kills.
-func (r *run) killLatencies(grants []checker.Grant, level string) []time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var lat []time.Duration
-	for _, g := range grants {
-		sent, ok := r.killSignal[g.Host]
-		if (r.prof.isolateKills && !r.isolated[g.Host]) || r.lv.levelOfKill(g.Host) != level {
-			continue
-		}
-		if ok && g.Task == "singleton" && g.ReclaimedAt.After(sent) && g.GrantedAt.Before(sent) && sent.Sub(g.LastKeepAlive) < r.prof.threshold {
-			lat = append(lat, g.ReclaimedAt.Sub(sent))
-		}
-	}
-	slices.Sort(lat)
-	return lat
-}
-
-// topUpKills kills on, one isolated kill at a time, at the level with the fewest measured
-// latencies, until each level has minIsolatedKills or maxKills kills were made.
-func (r *run) topUpKills(ctx context.Context) {
-	for try := 0; try < 2*maxKills; try++ {
-		r.mu.Lock()
-		kills := r.counts[fKill]
-		r.mu.Unlock()
-		n, need := r.measuredByLevel(readGrants(r.t, ctx, r.pool, app))
-		if need == "" || kills >= maxKills {
-			r.logf("isolated kills measured: %s after %d kills", strings.Join(n, ", "), kills)
-			return
-		}
-		r.switchLevel(need)
-		if !r.kill() {
-			time.Sleep(r.prof.faultGap)
-		}
-	}
 }
 
 // printTable prints the run's figures.

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -184,7 +183,7 @@ func openRun(t *testing.T, ctx context.Context, adminURL, db string, spec worker
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = nem.Close() })
 	return &run{t: t, prof: prof, spec: spec, pool: pool, nem: nem, counts: map[string]int{}, kills: map[string]time.Time{},
-		killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		killSignal: map[string]time.Time{}}
 }
 
 func closePair(t *testing.T, p *pgcluster.Pair) {
@@ -283,46 +282,7 @@ func (r *run) waitGrant(since time.Time, timeout time.Duration) *ledger.Event {
 	return nil
 }
 
-// ledgerTail reads what the ledgers of a directory gained since its last call.
-type ledgerTail struct {
-	dir  string
-	read map[string]int64 // file → bytes consumed (whole lines)
-}
-
-func newLedgerTail(dir string) *ledgerTail { return &ledgerTail{dir: dir, read: map[string]int64{}} }
-
-func (l *ledgerTail) skip() { l.next() }
-
-func (l *ledgerTail) next() []ledger.Event {
-	paths, _ := filepath.Glob(filepath.Join(l.dir, "*.jsonl"))
-	var out []ledger.Event
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil || int64(len(b)) <= l.read[p] {
-			continue
-		}
-		b = b[l.read[p]:]
-		end := 0
-		for i, c := range b {
-			if c != '\n' {
-				continue
-			}
-			if e, ok := parseEvent(b[end:i]); ok {
-				out = append(out, e)
-			}
-			end = i + 1
-		}
-		l.read[p] += int64(end)
-	}
-	return out
-}
-
 // dbURLOn is the URL of the run's database on one node (a killed primary started alone).
 func (r *failoverRun) dbURLOn(c *pgcluster.Cluster) string {
 	return dbURLOf(r.t, c.URL(), r.db)
-}
-
-func parseEvent(line []byte) (ledger.Event, bool) {
-	var e ledger.Event
-	return e, json.Unmarshal(line, &e) == nil
 }

@@ -3,8 +3,10 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -25,6 +27,7 @@ import (
 	"github.com/taskling-go/taskling/internal/devtools/freeport"
 	"github.com/taskling-go/taskling/internal/devtools/pgcluster"
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 	"github.com/taskling-go/taskling/tokens"
@@ -184,14 +187,18 @@ func startProc(t *testing.T, spec workerSpec, slot, incarnation int, px *toxipro
 	if px != nil {
 		dbURL = proxyURL(spec.dbURL, px.Listen)
 	}
-	args := []string{"-db", dbURL, "-ledger", p.ledger, "-host", host,
+	args := []string{"-ledger", p.ledger, "-host", host,
 		"-tasks", spec.tasks, "-g", fmt.Sprint(spec.g), "-interval", spec.interval.String(), "-threshold", spec.threshold.String(),
 		fmt.Sprintf("-same-clock=%v", spec.sameClock)}
 	p.cmd = exec.Command(spec.bin, append(args, spec.extra...)...)
+	p.cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+dbURL) // not on the command line: anyone may read that
 	p.cmd.Stderr = &lockedWriter{w: p.stderr}
 	p.cmd.Stdout = &lineWriter{p: p}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.cmd.Process.Pid)); err == nil {
+		testutil.RequireNoDatabaseURL(t, dbURL, []string{string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))})
 	}
 	go func() {
 		p.err = p.cmd.Wait()
@@ -259,6 +266,48 @@ func (r *run) killProc(p *proc, note string) time.Time {
 	_ = r.nem.Write(ledger.Event{Kind: ledger.KindFault, Fault: fKill, Host: p.host, At: sent, End: dead, Note: note})
 	r.count(fKill)
 	return sent
+}
+
+// ledgerTail reads what the ledgers of a directory gained since its last call.
+type ledgerTail struct {
+	dir  string
+	read map[string]int64 // file → bytes consumed (whole lines)
+}
+
+func newLedgerTail(dir string) *ledgerTail { return &ledgerTail{dir: dir, read: map[string]int64{}} }
+
+func (l *ledgerTail) skip() { l.next() }
+
+// next reads each file from where the last call stopped: a line is written by one write(2), and
+// a torn last one (its writer killed mid-write) is read again next time.
+func (l *ledgerTail) next() []ledger.Event {
+	paths, _ := filepath.Glob(filepath.Join(l.dir, "*.jsonl"))
+	var out []ledger.Event
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.NewSectionReader(f, l.read[p], 1<<40))
+		f.Close()
+		end := 0
+		for i, c := range b {
+			if c != '\n' {
+				continue
+			}
+			if e, ok := parseEvent(b[end:i]); ok {
+				out = append(out, e)
+			}
+			end = i + 1
+		}
+		l.read[p] += int64(end)
+	}
+	return out
+}
+
+func parseEvent(line []byte) (ledger.Event, bool) {
+	var e ledger.Event
+	return e, json.Unmarshal(line, &e) == nil
 }
 
 // waitStopped waits until the kernel shows pid stopped (state T) after a SIGSTOP.
@@ -376,6 +425,15 @@ func watchQueues(ctx context.Context, pool *pgxpool.Pool, app string, w *ledger.
 
 // readGrants reads every execution of app granted a slot, with its end.
 func readGrants(t *testing.T, ctx context.Context, pool *pgxpool.Pool, app string) []checker.Grant {
+	grants, err := queryGrants(ctx, pool, app, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grants
+}
+
+// queryGrants is readGrants, returning its error, of the executions execs only unless nil.
+func queryGrants(ctx context.Context, pool *pgxpool.Pool, app string, execs []int64) ([]checker.Grant, error) {
 	rows, err := pool.Query(ctx, `
 SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
        CASE WHEN x.outcome IN (1, 2) THEN x.ended_at END, CASE WHEN x.outcome = 3 THEN x.ended_at END,
@@ -384,9 +442,9 @@ SELECT e.id, d.task_name, e.host_name, e.fence, e.started_at,
 FROM taskling.task_execution e JOIN taskling.task_definition d ON d.id = e.task_id
 LEFT JOIN taskling.execution_end x ON x.execution_id = e.id
 LEFT JOIN taskling.session s ON s.id = e.session_id
-WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
+WHERE d.application_name = $1 AND e.token_id IS NOT NULL AND ($2::bigint[] IS NULL OR e.id = ANY ($2))`, app, execs)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer rows.Close()
 	var out []checker.Grant
@@ -395,7 +453,7 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 		var completed, reclaimed *time.Time
 		if err := rows.Scan(&g.Exec, &g.Task, &g.Host, &g.Fence, &g.GrantedAt, &completed, &reclaimed, &g.LastKeepAlive, &g.Threshold,
 			&g.Failed, &g.Session, &g.Priority, &g.Key, &g.Cost); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		if completed != nil {
 			g.CompletedAt = *completed
@@ -405,10 +463,7 @@ WHERE d.application_name = $1 AND e.token_id IS NOT NULL`, app)
 		}
 		out = append(out, g)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return out, rows.Err()
 }
 
 // ledgerHistory is what the ledgers of a run say.

@@ -109,7 +109,7 @@ func TestChaosKeys(t *testing.T) {
 			"-max-cost", fmt.Sprint(prof.maxCost), "-rate", prof.rate, "-key-rates", keyRatesFlag(prof.keyRates)}}
 	r := &run{t: t, spec: spec, srv: env.srv, pool: env.pool, nem: env.nem, target: keyTask,
 		prof:   profile{threshold: prof.threshold, interval: prof.interval},
-		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
 	for slot := range prof.procs {
 		r.procs = append(r.procs, startProc(t, spec, slot, 0, nil))
 	}
@@ -152,11 +152,15 @@ func TestChaosKeys(t *testing.T) {
 	h.Holds, r.maxOffset = lh.holds, lh.maxOffset
 	rep := checker.Check(h)
 	printKeyFigures(t, r, prof, h, rep, faultTime, time.Since(began))
-	require.Positive(t, rep.KeyGrants[keyTask], "no grant was judged against a key limit")
-	require.Positive(t, rep.TaskRateUnits[keyTask].Grants, "no grant was judged against the task's rate")
-	require.NotEmpty(t, rep.KeyRateUnits[keyTask], "no grant was judged against a key's rate")
 	for _, v := range rep.Violations {
 		t.Errorf("violation %s", v)
+	}
+	// What the run exercised, apart from what the system did: a shortfall is the harness's.
+	for what, n := range map[string]int{"a key limit": rep.KeyGrants[keyTask], "the task's rate": rep.TaskRateUnits[keyTask].Grants,
+		"a key's rate": len(rep.KeyRateUnits[keyTask])} {
+		if n == 0 {
+			t.Errorf("chaos harness (not a verdict on the system): no grant was judged against %s", what)
+		}
 	}
 	if t.Failed() || os.Getenv("TASKLING_CHAOS_KEEP") != "" {
 		t.Logf("ledgers kept in %s", keep(t, env.ledgers))

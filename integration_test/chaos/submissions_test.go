@@ -122,7 +122,7 @@ func TestChaosSubmissions(t *testing.T) {
 		interval: prof.interval, threshold: prof.threshold, sameClock: srv.cluster != nil,
 		extra: []string{"-work", "-hold", prof.hold.String(), "-step", "2ms", "-fail-every", fmt.Sprint(prof.failEvery)}}
 	r := &run{t: t, spec: spec, srv: srv, pool: pool, nem: nem,
-		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}, isolated: map[string]bool{}}
+		counts: map[string]int{}, kills: map[string]time.Time{}, killSignal: map[string]time.Time{}}
 	for slot := range prof.procs {
 		r.procs = append(r.procs, startProc(t, spec, slot, 0, nil))
 	}

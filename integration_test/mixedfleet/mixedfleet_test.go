@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/taskling-go/taskling/internal/devtools/pgtest"
+	"github.com/taskling-go/taskling/internal/devtools/testutil"
 	"github.com/taskling-go/taskling/migrations"
 	"github.com/taskling-go/taskling/taskling"
 )
@@ -42,11 +43,11 @@ import (
 )
 
 func main() {
-	url := flag.String("db", "", "")
+	url := os.Getenv("TASKLING_DATABASE_URL") // not on the command line: anyone may read that
 	mode := flag.String("mode", "hold", "")
 	flag.Parse()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, *url)
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -116,13 +117,17 @@ type oldWorker struct {
 
 func runOld(t *testing.T, bin, url, mode string) *oldWorker {
 	t.Helper()
-	cmd := exec.Command(bin, "-db", url, "-mode", mode)
+	cmd := exec.Command(bin, "-mode", mode)
+	cmd.Env = append(os.Environ(), "TASKLING_DATABASE_URL="+url)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
+	lines, err := testutil.DescendantCommandLines(os.Getpid())
+	require.NoError(t, err)
+	testutil.RequireNoDatabaseURL(t, url, lines)
 	w := &oldWorker{cmd: cmd, in: in, lines: make(chan string, 10)}
 	go func() {
 		s := bufio.NewScanner(out)

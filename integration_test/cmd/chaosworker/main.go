@@ -49,7 +49,6 @@ const ApplicationName = "chaos-worker"
 
 func main() {
 	var (
-		dbURL      = flag.String("db", "", "database URL (through the fault proxy)")
 		ledgerPath = flag.String("ledger", "", "ledger file")
 		host       = flag.String("host", "", "host name recorded on executions (unique per process)")
 		app        = flag.String("app", "chaos", "application name")
@@ -102,7 +101,9 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	if err := run(*dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
+	// The URL comes from the environment: a command line is anyone's to read.
+	dbURL := os.Getenv("TASKLING_DATABASE_URL")
+	if err := run(dbURL, *ledgerPath, *host, *app, *taskList, *goroutines, *interval, *threshold, *maxHold, *step, *verbose, *sameClock, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "chaosworker %s: %v\n", *host, err)
 		os.Exit(1)
 	}
@@ -146,7 +147,9 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	cfg.MaxConns = int32(g + 4)
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	// Longer than a loaded server's accept queue may hold a connection: one that gives up sooner
+	// is forked a backend for all the same, and its retry queues again.
+	cfg.ConnConfig.ConnectTimeout = 30 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -376,6 +379,7 @@ func (wk *worker) holdFor() time.Duration {
 const startTimeout = 3 * time.Second
 
 func (wk *worker) loop(stop context.Context) {
+	failures := 0 // starts in a row that failed other than at a limit or a rate
 	for stop.Err() == nil {
 		if wk.levels != nil {
 			wk.client, wk.isolation = wk.levels.pick()
@@ -393,6 +397,7 @@ func (wk *worker) loop(stop context.Context) {
 			}, opts)
 			cancel()
 			if id != 0 {
+				failures = 0
 				wk.completed(id, err)
 				continue
 			}
@@ -402,6 +407,7 @@ func (wk *worker) loop(stop context.Context) {
 			returned := time.Now()
 			cancel()
 			if err == nil {
+				failures = 0
 				wk.hold(e, returned)
 				continue
 			}
@@ -410,15 +416,25 @@ func (wk *worker) loop(stop context.Context) {
 			must(err) // a start the worker got wrong (a cost above its key's limit): end the run
 		}
 		if err != nil {
-			sleep(stop, wk.backoff(err))
+			var rl *taskling.RateLimitedError
+			if errors.Is(err, taskling.ErrLimitReached) || errors.As(err, &rl) {
+				failures = 0 // the database answered
+			} else {
+				failures++
+			}
+			sleep(stop, wk.backoff(err, failures))
 		}
 	}
 }
 
-// backoff is how long loop waits after a start that failed with err: briefly at a limit, until
-// the rate has room when a rate refused it (RetryAfter, at most a second, a little jitter added
-// so that the refused do not all come back at once), else 50 ms to 200 ms.
-func (wk *worker) backoff(err error) time.Duration {
+// backoff is how long loop waits after a start that failed with err, the failures-th other
+// failure in a row: briefly at a limit, until the rate has room when a rate refused it
+// (RetryAfter, at most a second, a little jitter added so that the refused do not all come back
+// at once), else 50 ms to 200 ms, doubling with each failure in a row up to 0.5 s to 2 s. A fleet
+// that retried every 50–200 ms kept a loaded server's accept queue full after a restart (each
+// attempt that timed out left a connection for the postmaster to fork a backend for), and new
+// connections then waited minutes.
+func (wk *worker) backoff(err error, failures int) time.Duration {
 	var rl *taskling.RateLimitedError
 	if errors.As(err, &rl) {
 		d := min(max(rl.RetryAfter, 0), time.Second)
@@ -426,7 +442,7 @@ func (wk *worker) backoff(err error) time.Duration {
 	}
 	d := 2 * time.Millisecond
 	if !errors.Is(err, taskling.ErrLimitReached) {
-		d = 50 * time.Millisecond
+		d = min(50*time.Millisecond<<min(max(failures-1, 0), 4), 500*time.Millisecond)
 	}
 	return d + time.Duration(wk.rnd.Int64N(int64(3*d)))
 }

@@ -59,7 +59,8 @@ const (
 	// replicationRole is what a streaming standby of this cluster connects as.
 	replicationRole = "taskling_replication"
 	startTimeout    = 120 * time.Second // pg_ctl -t: crash recovery included
-	readyTimeout    = 60 * time.Second
+	readyTimeout    = 3 * time.Minute
+	answerTimeout   = 30 * time.Second
 	// A Unix socket path must fit sockaddr_un.sun_path (108 bytes on Linux) with its
 	// "/.s.PGSQL.NNNNN" suffix; a deeper cluster directory gets no socket (TCP is what we use).
 	maxSocketDir = 107 - len("/.s.PGSQL.65535")
@@ -523,11 +524,14 @@ func (c *Cluster) waitReady(ctx context.Context, port int) error {
 
 var errForeign = errors.New("pgcluster: another cluster answers on this port")
 
-// answers connects to port and checks that the server there serves our data directory.
+// answers connects to port and checks that the server there serves our data directory. It waits
+// up to answerTimeout for the server: a loaded server may leave a connection in its accept queue
+// for tens of seconds (clients that gave up and came back kept it full, in the chaos runs beside
+// make test), and one that gives up sooner leaves its place to no one and never gets in.
 func (c *Cluster) answers(ctx context.Context, port int) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.urlFor(superuser, port)+"&connect_timeout=5")
+	conn, err := pgx.Connect(ctx, c.urlFor(superuser, port)+"&connect_timeout="+strconv.Itoa(int(answerTimeout/time.Second)))
 	if err != nil {
 		return false, err
 	}
