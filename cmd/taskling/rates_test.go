@@ -34,10 +34,11 @@ func TestTasksSetAndKeysSetOverrideRates(t *testing.T) {
 UPDATE taskling.task_rate SET tat_us = (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 90000000, rate = '1/60000000/1'`)
 	require.NoError(t, err)
 	out = ok(t, url, "tasks", "show", "billing/export")
-	require.Regexp(t, regexp.MustCompile(`Rate:      1/1m \(override\); next start allowed in 1m(29|30)\.\d+s\n`), out)
+	// 90 s ahead when stored, less the time the command took to start (seconds, on a loaded machine).
+	require.Regexp(t, regexp.MustCompile(`Rate:      1/1m \(override\); next start allowed in 1m(2\d|30)\.\d+s\n`), out)
 	var d httpapi.TaskDetail
 	require.NoError(t, json.Unmarshal([]byte(ok(t, url, "tasks", "show", "billing/export", "-o", "json")), &d))
-	require.InDelta(t, 90, d.NextAllowedSeconds, 3)
+	require.InDelta(t, 85, d.NextAllowedSeconds, 5)
 	require.Contains(t, out, "key_rate[acme]")
 
 	ok(t, url, "tasks", "set", "billing/export", "--rate", "none")
