@@ -14,15 +14,15 @@ import (
 // TestChaos's long profile measures the reclaim latency after kill -9 on kills made for it, at
 // each isolation level, until each level has isolatedPerLevel measured: an isolated kill comes
 // once no other process or server fault has been in flight for the threshold + 1 s and the level
-// in force has settled, catches a holder of the singleton (SIGSTOP, its hold seen open in its
-// ledger, SIGKILL), and keeps every other fault off for the threshold + 1 s after the holder
+// in force has settled, catches a holder of the singleton (every worker stopped with SIGSTOP while
+// their ledgers are read, one whose hold is open there killed, the rest resumed), and keeps every other fault off for the threshold + 1 s after the holder
 // stopped and until its slot is reclaimed. The sample is scheduled, not hoped for: the run fails
 // on it only when the time bound passes first (a harness failure, named so), and otherwise
 // judges what the system did with it.
 
 // isolatedCatchFor bounds an isolated kill's catch of a singleton holder: a try takes some 20 ms
-// (the ledgers read, a SIGSTOP, the ledger read again, 20 ms of sleep), and a catch needs a moment
-// at which a holder of the singleton, which many waiters queue for, is still holding once stopped.
+// (every worker stopped, the ledgers read, 20 ms of sleep), and a catch needs a moment at which
+// the singleton, which many waiters queue for, is held by a grant its holder has recorded.
 const isolatedCatchFor = 5 * time.Second
 
 // isolatedRecoveryFor bounds the wait of an isolated kill for the workers to be back at work after
@@ -53,7 +53,8 @@ func (r *run) isolatedKill() bool {
 	r.mu.Unlock()
 	time.Sleep(wait) // negative: no wait
 	level, _ := r.lv.current()
-	back := r.workersBack(isolatedRecoveryFor)
+	missing := r.workersBack(isolatedRecoveryFor)
+	back := len(missing) == 0
 	killed := back && r.killHolder(true, isolatedCatchFor)
 	r.mu.Lock()
 	if r.isolated.made == nil {
@@ -70,7 +71,7 @@ func (r *run) isolatedKill() bool {
 	r.mu.Unlock()
 	switch {
 	case !back:
-		r.logf("isolated kill at %s: not every worker was granted a slot within %s of the last fault's end", level, isolatedRecoveryFor)
+		r.logf("isolated kill at %s: not every worker was granted a slot within %s of the last fault's end (not: %s)", level, isolatedRecoveryFor, strings.Join(missing, ", "))
 	case !killed:
 		r.logf("isolated kill at %s: no singleton holder caught within %s", level, isolatedCatchFor)
 	}
@@ -78,20 +79,21 @@ func (r *run) isolatedKill() bool {
 }
 
 // workersBack waits up to within for every live worker to have been granted a slot since the last
-// fault ended, and reports whether they were.
-func (r *run) workersBack(within time.Duration) bool {
+// fault ended, and returns those that were not (each with its last grant), none if all were.
+func (r *run) workersBack(within time.Duration) []string {
 	for deadline := time.Now().Add(within); ; time.Sleep(50 * time.Millisecond) {
 		r.mu.Lock()
 		r.readHolds()
-		back := true
+		var missing []string
 		for _, p := range r.procs {
 			if p.alive() && !r.granted[p.host].After(r.lastEnd) {
-				back = false
+				missing = append(missing, fmt.Sprintf("%s (last grant %s, the fault ended %s)", p.host,
+					r.granted[p.host].Format("15:04:05.000"), r.lastEnd.Format("15:04:05.000")))
 			}
 		}
 		r.mu.Unlock()
-		if back || time.Now().After(deadline) {
-			return back
+		if len(missing) == 0 || time.Now().After(deadline) {
+			return missing
 		}
 	}
 }
