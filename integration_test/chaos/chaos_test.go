@@ -640,6 +640,7 @@ func (r *run) restart() bool {
 	if err := r.srv.cluster.Start(ctx); err != nil {
 		r.t.Fatalf("pg start: %v", err)
 	}
+	favourServer(r.t, r.srv.cluster)
 	end := r.nem.Now()
 	if long {
 		r.mu.Lock()

@@ -548,6 +548,12 @@ func (c *Cluster) answers(ctx context.Context, port int) (bool, error) {
 
 // livePostmaster reads data/postmaster.pid and reports the server's pid and port if that
 // process is alive and is this cluster's postmaster (not a process that reused a stale pid).
+// PostmasterPID is the running server's postmaster process id, if it runs.
+func (c *Cluster) PostmasterPID() (int, bool) {
+	pid, _, ok := c.livePostmaster()
+	return pid, ok
+}
+
 func (c *Cluster) livePostmaster() (pid, port int, ok bool) {
 	pid, port, err := c.readPidFile()
 	if err != nil || pid <= 0 {
