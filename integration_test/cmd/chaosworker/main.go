@@ -148,8 +148,10 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	cfg.MaxConns = int32(g + 4)
 	// Longer than a loaded server's accept queue may hold a connection: one that gives up sooner
-	// is forked a backend for all the same, and its retry queues again.
-	cfg.ConnConfig.ConnectTimeout = 30 * time.Second
+	// is forked a backend for all the same, and its retry queues again. On this 2-core machine a
+	// fork of the postmaster takes tens of milliseconds (copy_page_range in its stack), so the
+	// fleet's ~100 connections after a restart or pg_terminate_backend take 20-30 s to open.
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Minute
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
