@@ -28,7 +28,7 @@ const isolatedCatchFor = 5 * time.Second
 // isolatedRecoveryFor bounds the wait of an isolated kill for the workers to be back at work after
 // the last fault (workersBack): a worker not back by then is stuck, and the kill is given up. The
 // fleet's connections after a restart take 20-30 s to open on a loaded 2-core machine (see
-// chaosworker's ConnectTimeout).
+// chaosworker's ConnectTimeout, 45 s).
 const isolatedRecoveryFor = 90 * time.Second
 
 // isolatedTally is what the isolated kills did, for the table and a short run's message.

@@ -150,8 +150,10 @@ func run(dbURL, ledgerPath, host, app, taskList string, g int, interval, thresho
 	// Longer than a loaded server's accept queue may hold a connection: one that gives up sooner
 	// is forked a backend for all the same, and its retry queues again. On this 2-core machine a
 	// fork of the postmaster takes tens of milliseconds (copy_page_range in its stack), so the
-	// fleet's ~100 connections after a restart or pg_terminate_backend take 20-30 s to open.
-	cfg.ConnConfig.ConnectTimeout = 2 * time.Minute
+	// fleet's ~100 connections after a restart or pg_terminate_backend take 20-30 s to open. Not
+	// much longer: a connection opened through a blackholed proxy lost its startup message (the
+	// proxy drops what TCP would resend) and waits out the whole timeout.
+	cfg.ConnConfig.ConnectTimeout = 45 * time.Second
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
