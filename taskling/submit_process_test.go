@@ -39,11 +39,16 @@ const (
 	recordRunSQL = `INSERT INTO submit_run (submission_id, attempt, execution_id, fence, host) VALUES ($1, $2, $3, $4, $5)`
 )
 
+// killThreshold is how long a silent process lives: short, so that killed children are reclaimed
+// quickly, but not 1 s, at which a live child starting up beside make test's other packages was
+// judged dead before its first run (its submission then had 2 attempts where the row wanted 1).
+const killThreshold = 3 * time.Second
+
 // killConfig is every process's configuration: one slot, fast liveness (a silent process is
-// dead after 1 s) and a fast poll (Work's recovery loop runs every 400 ms).
+// dead after killThreshold) and a fast poll (Work's recovery loop runs every 400 ms).
 func killConfig(host string) *taskling.Config {
 	return &taskling.Config{HostName: host, MaxPollInterval: 200 * time.Millisecond,
-		Defaults: taskling.TaskSettings{ConcurrencyLimit: 1, KeepAliveInterval: 100 * time.Millisecond, KeepAliveDeathThreshold: time.Second}}
+		Defaults: taskling.TaskSettings{ConcurrencyLimit: 1, KeepAliveInterval: 200 * time.Millisecond, KeepAliveDeathThreshold: killThreshold}}
 }
 
 // TestSubmitProcessHelper is one process of TestSubmissionKilledAtEveryPointIsCompensated. Role
@@ -356,7 +361,7 @@ type killRow struct {
 
 // TestSubmissionKilledAtEveryPointIsCompensated is issue 11 item 3: a worker process killed
 // with SIGKILL at any point of a submission's life loses nothing and runs nothing twice under a
-// live holder. Each row runs its own database and child processes (this test binary) with 1-second
+// live holder. Each row runs its own database and child processes (this test binary) with 3-second
 // liveness; rows run in parallel.
 func TestSubmissionKilledAtEveryPointIsCompensated(t *testing.T) {
 	t.Parallel()
@@ -486,7 +491,7 @@ func TestSubmissionKilledAtEveryPointIsCompensated(t *testing.T) {
 			// the completed one still never runs again.
 			require.Eventually(t, func() bool {
 				return r.tryCount(`SELECT count(*) FROM taskling.session
-					WHERE host_name = 'after-complete-child' AND clock_timestamp() - last_heartbeat > interval '1 second'`) == 1
+					WHERE host_name = 'after-complete-child' AND clock_timestamp() - last_heartbeat > $1::interval`, killThreshold) == 1
 			}, 30*time.Second, 10*time.Millisecond)
 			next := r.submit(t, 0)
 			r.waitStatus(t, next, taskling.SubmissionCompleted)
@@ -494,7 +499,7 @@ func TestSubmissionKilledAtEveryPointIsCompensated(t *testing.T) {
 				sub, err := r.b.client.Submission(r.b.ctx, id)
 				return err != nil || sub.Status != taskling.SubmissionCompleted || sub.Attempts != 1 ||
 					r.tryCount(`SELECT count(*) FROM submit_run WHERE submission_id = $1`, id) != 1
-			}, 1200*time.Millisecond, 50*time.Millisecond, "the completed submission is never run again")
+			}, killThreshold+200*time.Millisecond, 50*time.Millisecond, "the completed submission is never run again")
 		},
 		status: taskling.SubmissionCompleted, attempts: 1, childRuns: 1, firstStatus: taskling.StatusCompleted,
 	}, {
