@@ -110,7 +110,12 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 		return nil, err
 	}
 	h.metrics = promhttp.HandlerFor(tasklingprom.New(client).Registry(), promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h.mux = h.routes()
+	return h, nil
+}
 
+// routes is the handler's mux: the API, its 405s and 404s, the metrics, the pages.
+func (h *Handler) routes() *http.ServeMux {
 	m := http.NewServeMux()
 	handle := func(pattern string, fn http.Handler) {
 		m.Handle(pattern, fn)
@@ -189,8 +194,7 @@ func New(client *taskling.Client, opts *Options) (*Handler, error) {
 	handle("POST /login", http.HandlerFunc(h.login))
 	handle("POST /logout", http.HandlerFunc(h.logout))
 	handle("GET /static/", staticFiles())
-	h.mux = m
-	return h, nil
+	return m
 }
 
 // ServeHTTP implements http.Handler. A request for a host not allowed gets 421; a request's
